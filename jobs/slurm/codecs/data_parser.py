@@ -1,0 +1,420 @@
+"""What the data_parser API versions (v0.0.41 to v0.0.44) share: one codec, with per-version hooks."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from jobs.slurm.codecs.base import (
+    Codec,
+    Json,
+    expand_hostlist,
+    gpus_in,
+    messages_from,
+    plain_number,
+    timestamp,
+)
+from jobs.slurm.errors import SlurmRejected
+from jobs.slurm.types import (
+    AccountInfo,
+    AccountingRecord,
+    AssociationInfo,
+    JobsListing,
+    JobState,
+    JobSubmission,
+    NodeInfo,
+    NodeState,
+    PartitionInfo,
+    SlurmJob,
+    SlurmMessage,
+    SubmitResult,
+)
+
+# slurmctld refuses a batch job whose environment is empty ("Environment is missing in job",
+# ESLURM_ENVIRONMENT_MISSING) although the v0.0.40+ schemas no longer mark the field required. A
+# submission may carry none, so it gets the smallest one a batch shell needs: a PATH.
+MINIMAL_ENVIRONMENT = ("PATH=/usr/bin:/bin",)
+
+# A gres piece with a zero count, e.g. "gpu:h200:0(IDX:)" in the gres_detail of a job that got only
+# h100s on a mixed node: its type must not count as one the job holds.
+_ZERO_GPU_PIECE = re.compile(r"^(?:gres[/:])?gpu(?::[^:=(]+)?[:=]0(?:\(.*\))?$")
+_TOP_LEVEL_COMMA = re.compile(r",(?![^(]*\))")
+
+
+class DataParserCodec(Codec):
+    """Encodes and decodes the data_parser shapes; subclasses override only what their version changed.
+
+    The defaults here are those of v0.0.42 and later; `V0041Codec` restores the few older names.
+    """
+
+    # Flag of GET /slurmdb/vX/associations/ that includes deleted ones. v0.0.42 renamed every flag
+    # of that query to its description string (`with_deleted` -> "Include deleted associations").
+    include_deleted_associations_parameter = "Include deleted associations"
+    # Job info fields holding the output paths, preferred first.
+    stdout_fields: tuple[str, ...] = ("standard_output",)
+    stderr_fields: tuple[str, ...] = ("standard_error",)
+
+    # Replies ----------------------------------------------------------------------------------------
+
+    def decode_errors(self, body: Json) -> tuple[SlurmMessage, ...]:
+        return _messages(body.get("errors"))
+
+    def decode_warnings(self, body: Json) -> tuple[SlurmMessage, ...]:
+        return _messages(body.get("warnings"))
+
+    def decode_ping(self, body: Json) -> tuple[bool, str | None, str | None]:
+        pings = [ping for ping in _list(body.get("pings")) if isinstance(ping, dict)]
+        # A backup controller that is down does not stop the primary from answering.
+        responding = any(self._ping_responding(ping) for ping in pings)
+        slurm = _dict(_dict(body.get("meta")).get("slurm"))
+        return responding, _text(slurm.get("release")) or None, _text(slurm.get("cluster")) or None
+
+    def _ping_responding(self, ping: Json) -> bool:
+        return ping.get("responding") is True
+
+    # Jobs -------------------------------------------------------------------------------------------
+
+    def encode_submit(self, submission: JobSubmission) -> Json:
+        environment = [f"{key}={value}" for key, value in submission.environment.items()]
+        job: Json = {
+            # Inside `job`: the top-level `script` is deprecated in the v0.0.41-v0.0.44 schemas.
+            "script": submission.script,
+            "name": submission.name,
+            "account": submission.account,
+            "partition": submission.partition,
+            "comment": submission.comment,
+            "environment": environment or list(MINIMAL_ENVIRONMENT),
+            "current_working_directory": submission.working_directory,
+            "standard_output": submission.standard_output,
+            "standard_error": submission.standard_error,
+            "time_limit": _number_struct(submission.time_limit_minutes),
+            "nodes": str(submission.nodes),
+            "hold": submission.hold,
+        }
+        if submission.gpus:
+            # These versions have no `gpus`/`gres` job fields: slurmrestd would drop them with a mere
+            # warning. `tres_per_job` is what `sbatch --gpus` sends.
+            job["tres_per_job"] = f"gres/gpu:{submission.gpu_spec}"
+        if submission.cpus is not None:
+            # One task with `cpus` CPUs, as `sbatch -c`; minimum_cpus makes the total explicit.
+            job["cpus_per_task"] = submission.cpus
+            job["minimum_cpus"] = submission.cpus
+        if submission.memory_mb is not None:
+            job["memory_per_node"] = _number_struct(submission.memory_mb)
+        return {"job": job}
+
+    def decode_submit(self, body: Json) -> SubmitResult:
+        job_id = plain_number(body.get("job_id"))
+        if not job_id:
+            raise SlurmRejected("slurmrestd returned no job id", messages=self.decode_errors(body))
+        return SubmitResult(
+            job_id=job_id,
+            # Errors beside a job id did not stop the job (a held job comes with one): keep them as warnings.
+            warnings=self.decode_warnings(body) + self.decode_errors(body),
+            user_message=_text(body.get("job_submit_user_msg")),
+        )
+
+    def decode_jobs(self, body: Json) -> JobsListing:
+        jobs = tuple(self._decode_job(raw) for raw in _list(body.get("jobs")) if isinstance(raw, dict))
+        return JobsListing(jobs=jobs, last_update=timestamp(body.get("last_update")))
+
+    def _decode_job(self, raw: Json) -> SlurmJob:
+        state = JobState.parse(raw.get("job_state"))
+        nodes = _text(raw.get("nodes"))
+        gpus, gpu_type = self._job_gpus(raw)
+        standard_output, standard_error = self._output_paths(raw)
+        # slurmctld fills start_time and end_time of a pending or running job with its forecast (begin
+        # time, start + time limit), and start_time of a job cancelled before it got nodes with the
+        # cancel time: none of these is a time the job started or ended.
+        started = state is not JobState.PENDING and bool(nodes)
+        return SlurmJob(
+            job_id=int(raw["job_id"]),
+            name=_text(raw.get("name")),
+            account=_text(raw.get("account")),
+            partition=_text(raw.get("partition")),
+            user_name=_text(raw.get("user_name")),
+            state=state,
+            state_reason=_text(raw.get("state_reason")) or "None",
+            comment=_text(raw.get("comment")),
+            submit_time=timestamp(raw.get("submit_time")),
+            start_time=timestamp(raw.get("start_time")) if started else None,
+            end_time=timestamp(raw.get("end_time")) if state.is_finished else None,
+            time_limit_minutes=plain_number(raw.get("time_limit")),
+            gpus=gpus,
+            gpu_type=gpu_type,
+            nodes=nodes,
+            # Until the job ends its exit_code reads {SUCCESS, 0}, which is not a result yet.
+            exit_code=_return_code(raw.get("exit_code")) if state.is_finished else None,
+            standard_output=standard_output,
+            standard_error=standard_error,
+        )
+
+    def _job_gpus(self, raw: Json) -> tuple[int, str | None]:
+        """GPUs the job holds, else the ones it asked for; and their type when a single one is named.
+
+        In order: `tres_alloc_str` (has gres/gpu only where AccountingStorageTRES tracks it, which none of
+        the recorded clusters did), `gres_detail` (one entry per allocated node, gone once the job ends),
+        then the request: per job, per node x nodes, per task x tasks, per socket x nodes. The recorded
+        `--gpus-per-socket 2 --sockets-per-node 2` one-CPU jobs were given 2 GPUs, not 4 (only the
+        socket their core sits on counts), so a per-socket request is counted once per node.
+        """
+        requested, requested_type = self._requested_gpus(raw)
+        for source in (raw.get("tres_alloc_str"), raw.get("gres_detail")):
+            held, held_type = gpus_in(_nonzero_gpu_pieces(source))
+            if held:
+                return held, held_type or requested_type
+        return requested, requested_type
+
+    def _requested_gpus(self, raw: Json) -> tuple[int, str | None]:
+        nodes = max(plain_number(raw.get("node_count")) or 1, 1)
+        tasks = max(plain_number(raw.get("tasks")) or 1, 1)
+        for field, multiplier in (
+            ("tres_per_job", 1),
+            ("tres_per_node", nodes),
+            ("tres_per_task", tasks),
+            ("tres_per_socket", nodes),
+        ):
+            count, gpu_type = gpus_in(_nonzero_gpu_pieces(raw.get(field)))
+            if count:
+                return count * multiplier, gpu_type
+        return 0, None
+
+    def _output_paths(self, raw: Json) -> tuple[str, str]:
+        """(stdout, stderr) paths of a job as the user finds them: the first non-blank of each field list.
+
+        From 25.11 the stderr path is blank unless set explicitly, in every API version it serves
+        (25.11/0.0.41 slurm-job-completed.json has standard_error ""): blank means "same as stdout".
+        """
+        standard_output = next(filter(None, (_text(raw.get(key)) for key in self.stdout_fields)), "")
+        standard_error = next(filter(None, (_text(raw.get(key)) for key in self.stderr_fields)), "")
+        return standard_output, standard_error or standard_output
+
+    def decode_accounting_jobs(self, body: Json) -> list[AccountingRecord]:
+        return [self._decode_accounting_job(raw) for raw in _list(body.get("jobs")) if isinstance(raw, dict)]
+
+    def _decode_accounting_job(self, raw: Json) -> AccountingRecord:
+        state = JobState.parse(_dict(raw.get("state")).get("current"))
+        time = _dict(raw.get("time"))
+        tres = _dict(raw.get("tres"))
+        gpus, gpu_type = _gpus_in_tres_list(_list(tres.get("allocated")))
+        comment = raw.get("comment")
+        return AccountingRecord(
+            job_id=int(raw["job_id"]),
+            name=_text(raw.get("name")),
+            account=_text(raw.get("account")),
+            user_name=_text(raw.get("user")),
+            partition=_text(raw.get("partition")),
+            cluster=_text(raw.get("cluster")),
+            state=state,
+            # {administrator, job, system}: only `job` is what the submitter wrote (the portal's tag).
+            comment=_text(comment.get("job")) if isinstance(comment, dict) else _text(comment),
+            submit_time=timestamp(time.get("submission")),
+            start_time=timestamp(time.get("start")) if state is not JobState.PENDING else None,
+            end_time=timestamp(time.get("end")) if state.is_finished else None,
+            elapsed_seconds=plain_number(time.get("elapsed")) or 0,
+            gpus_allocated=gpus,
+            gpu_type=gpu_type,
+            exit_code=_return_code(raw.get("exit_code")) if state.is_finished else None,
+        )
+
+    # Cluster ----------------------------------------------------------------------------------------
+
+    def decode_nodes(self, body: Json) -> list[NodeInfo]:
+        nodes = []
+        for raw in _list(body.get("nodes")):
+            if not isinstance(raw, dict):
+                continue
+            flags = tuple(_text(flag) for flag in _list(raw.get("state")))
+            gpus_total, gpu_type = gpus_in(_nonzero_gpu_pieces(raw.get("gres")))
+            gpus_used, _ = gpus_in(_nonzero_gpu_pieces(raw.get("gres_used")))
+            nodes.append(
+                NodeInfo(
+                    name=_text(raw.get("name")),
+                    state=NodeState.from_flags(list(flags)),
+                    state_flags=flags,
+                    reason=_text(raw.get("reason")),
+                    partitions=tuple(_text(name) for name in _list(raw.get("partitions"))),
+                    cpus=plain_number(raw.get("cpus")) or 0,
+                    cpus_allocated=plain_number(raw.get("alloc_cpus")) or 0,
+                    real_memory_mb=plain_number(raw.get("real_memory")) or 0,
+                    gpu_type=gpu_type,
+                    gpus_total=gpus_total,
+                    gpus_used=gpus_used,
+                )
+            )
+        return nodes
+
+    def decode_partitions(self, body: Json) -> list[PartitionInfo]:
+        partitions = []
+        for raw in _list(body.get("partitions")):
+            if not isinstance(raw, dict):
+                continue
+            states = [_text(state) for state in _list(_dict(raw.get("partition")).get("state"))]
+            flags = {flag.upper() for flag in states + [_text(flag) for flag in _list(raw.get("flags"))]}
+            partitions.append(
+                PartitionInfo(
+                    name=_text(raw.get("name")),
+                    nodes=expand_hostlist(_text(_dict(raw.get("nodes")).get("configured"))),
+                    # Infinite (and unset) limits come back as None: no limit.
+                    max_time_minutes=plain_number(_dict(raw.get("maximums")).get("time")),
+                    default_time_minutes=plain_number(_dict(raw.get("defaults")).get("time")),
+                    # No v0.0.41-v0.0.44 spec nor recorded reply carries Default=YES; a flag is honoured
+                    # should a later point release add one.
+                    is_default="DEFAULT" in flags,
+                    state=",".join(states) or "UNKNOWN",
+                )
+            )
+        return partitions
+
+    # Accounts, associations and limits -------------------------------------------------------------
+
+    def encode_accounts(self, accounts: Iterable[AccountInfo], *, parent_account: str | None) -> Json:
+        # The account records have no parent field in these versions (slurmrestd would ignore one with a
+        # warning): the parent is set by the account's association, which the client writes next.
+        return {
+            "accounts": [
+                {
+                    "name": account.name,
+                    "description": account.description,
+                    "organization": account.organization,
+                }
+                for account in accounts
+            ]
+        }
+
+    def decode_accounts(self, body: Json) -> list[AccountInfo]:
+        return [
+            AccountInfo(
+                name=_text(raw.get("name")),
+                description=_text(raw.get("description")),
+                organization=_text(raw.get("organization")),
+            )
+            for raw in _list(body.get("accounts"))
+            if isinstance(raw, dict)
+        ]
+
+    def encode_associations(self, associations: Iterable[AssociationInfo]) -> Json:
+        encoded = []
+        for association in associations:
+            # `user` is required by the schema: "" names the account's own association.
+            entry: Json = {
+                "account": association.account,
+                "cluster": association.cluster,
+                "user": association.user,
+            }
+            if association.parent_account:
+                entry["parent_account"] = association.parent_account
+            if association.gpu_minutes_limit is not None:
+                limit = [{"type": "gres", "name": "gpu", "count": association.gpu_minutes_limit}]
+                entry["max"] = {"tres": {"group": {"minutes": limit}}}
+            encoded.append(entry)
+        return {"associations": encoded}
+
+    def decode_associations(self, body: Json) -> list[AssociationInfo]:
+        associations = []
+        for raw in _list(body.get("associations")):
+            if not isinstance(raw, dict):
+                continue
+            group = _dict(_dict(_dict(raw.get("max")).get("tres")).get("group"))
+            associations.append(
+                AssociationInfo(
+                    account=_text(raw.get("account")),
+                    cluster=_text(raw.get("cluster")),
+                    user=_text(raw.get("user")),
+                    parent_account=_text(raw.get("parent_account")),
+                    gpu_minutes_limit=_untyped_gpu_count(_list(group.get("minutes"))),
+                )
+            )
+        return associations
+
+    def association_query_params(
+        self,
+        *,
+        account: str | None = None,
+        user: str | None = None,
+        cluster: str | None = None,
+        include_deleted: bool = False,
+    ) -> dict[str, str]:
+        """Query of GET /slurmdb/vX/associations/, with this version's name for the deleted flag."""
+        given = {"account": account, "user": user, "cluster": cluster}
+        params = {key: value for key, value in given.items() if value}
+        if include_deleted:
+            params[self.include_deleted_associations_parameter] = "true"
+        return params
+
+
+# Helpers --------------------------------------------------------------------------------------------
+
+
+def _messages(items: Any) -> tuple[SlurmMessage, ...]:
+    """`errors[]`/`warnings[]`: `description` says what failed, `error` is the errno's text; both help.
+
+    errno 0 comes with the text "No error", which would only confuse.
+    """
+    described = []
+    for item in _list(items):
+        if not isinstance(item, Mapping):
+            continue
+        description, error = _text(item.get("description")), _text(item.get("error"))
+        if error and error != "No error" and error not in description:
+            description = f"{description}: {error}" if description else error
+        described.append({**item, "description": description})
+    return messages_from(described, text_keys=("description",))
+
+
+def _number_struct(number: int) -> Json:
+    return {"set": True, "infinite": False, "number": number}
+
+
+def _return_code(exit_code: Any) -> int | None:
+    """The return code of `{status, return_code, signal}`; None when a signal ended the job instead."""
+    if isinstance(exit_code, dict) and "return_code" in exit_code:
+        return plain_number(exit_code["return_code"])
+    return plain_number(exit_code)
+
+
+def _nonzero_gpu_pieces(value: Any) -> list[str]:
+    """The comma-separated pieces of gres/TRES strings, minus the GPU entries that count zero."""
+    items = [value] if isinstance(value, str) else [item for item in _list(value) if isinstance(item, str)]
+    pieces = []
+    for item in items:
+        for piece in _TOP_LEVEL_COMMA.split(item):
+            piece = piece.strip()
+            if piece and not _ZERO_GPU_PIECE.match(piece):
+                pieces.append(piece)
+    return pieces
+
+
+def _gpus_in_tres_list(entries: list[Any]) -> tuple[int, str | None]:
+    """GPUs in slurmdb TRES entries: `{type: "gres", name: "gpu", count: 2}` and typed `name: "gpu:h100"`."""
+    names = [
+        f"gres/{entry['name']}={count}"
+        for entry in entries
+        if isinstance(entry, dict)
+        and entry.get("type") == "gres"
+        and _text(entry.get("name")).split(":")[0] == "gpu"
+        and (count := plain_number(entry.get("count")))
+    ]
+    return gpus_in(names)
+
+
+def _untyped_gpu_count(entries: list[Any]) -> int | None:
+    """The count of the untyped gres/gpu entry (what GrpTRESMins=gres/gpu=N sets); None without one."""
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("type") == "gres" and entry.get("name") == "gpu":
+            count = plain_number(entry.get("count"))
+            return count if count is not None and count >= 0 else None
+    return None
+
+
+def _dict(value: Any) -> Json:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
