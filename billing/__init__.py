@@ -1,0 +1,1 @@
+"""Prices per GPU type, priced usage records, invoices and cost estimates."""

@@ -1,0 +1,1 @@
+"""Billing models arrive with the billing issue; the app exists so the layout is in place."""

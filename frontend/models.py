@@ -1,0 +1,1 @@
+"""The frontend owns no models."""

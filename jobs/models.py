@@ -1,0 +1,124 @@
+"""Clusters as data: their slurmrestd endpoint, key, and the inventory last synced from them."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from jobs.slurm.types import NodeState
+
+
+class Cluster(models.Model):
+    """A Slurm cluster reached through its slurmrestd.
+
+    `jwt_key_file` is a path on the Celery workers' hosts: only workers read it, since the key is root on
+    the cluster. The web tier shows what the workers last recorded (version, health, inventory).
+    """
+
+    name = models.SlugField(max_length=40, unique=True)
+    slurmrestd_url = models.URLField(help_text="e.g. http://127.0.0.1:6820")
+    jwt_key_file = models.CharField(max_length=500, help_text="Path of the cluster's HS256 key on the workers")
+    admin_user = models.CharField(
+        max_length=64, default="root", help_text="Slurm operator/admin user for cluster-wide reads and accounts"
+    )
+    log_root = models.CharField(max_length=500, help_text="Directory on the shared filesystem for job output")
+    is_active = models.BooleanField(default=True)
+
+    api_version = models.CharField(max_length=16, blank=True, help_text="Detected slurmrestd API version")
+    slurm_release = models.CharField(max_length=32, blank=True)
+    last_ping_at = models.DateTimeField(null=True, blank=True)
+    last_ping_ok = models.BooleanField(default=False)
+    last_ping_latency_ms = models.FloatField(null=True, blank=True)
+    last_ping_error = models.TextField(blank=True)
+    inventory_synced_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ClusterAccount(models.Model):
+    """The POSIX user a portal user's jobs run as on one cluster."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="accounts")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="cluster_accounts")
+    username = models.CharField(max_length=32)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "user"], name="cluster_account_one_per_user"),
+            models.UniqueConstraint(fields=["cluster", "username"], name="cluster_account_username_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username}@{self.cluster.name}"
+
+
+class Partition(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="partitions")
+    name = models.CharField(max_length=64)
+    state = models.CharField(max_length=32)
+    is_default = models.BooleanField(default=False)
+    max_time_minutes = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: no limit")
+    default_time_minutes = models.PositiveIntegerField(null=True, blank=True)
+    node_names = models.JSONField(default=list)
+    gpu_types = models.JSONField(default=list, help_text="GPU types offered by the partition's nodes")
+    max_gpus_per_node = models.PositiveIntegerField(default=0)
+    synced_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="partition_unique_in_cluster")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class Node(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=[(state.value, state.value.capitalize()) for state in NodeState])
+    state_flags = models.JSONField(default=list)
+    reason = models.CharField(max_length=500, blank=True)
+    partition_names = models.JSONField(default=list)
+    cpus = models.PositiveIntegerField(default=0)
+    cpus_allocated = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveBigIntegerField(default=0)
+    gpu_type = models.CharField(max_length=64, blank=True)
+    gpus_total = models.PositiveIntegerField(default=0)
+    gpus_used = models.PositiveIntegerField(default=0)
+    synced_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="node_unique_in_cluster"),
+            models.CheckConstraint(
+                condition=models.Q(gpus_used__lte=models.F("gpus_total")), name="node_gpus_used_le_total"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class GpuType(models.Model):
+    """A GPU model a cluster offers, with its totals across nodes as of the last sync."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="gpu_types")
+    name = models.CharField(max_length=64)
+    gpus_total = models.PositiveIntegerField(default=0)
+    gpus_used = models.PositiveIntegerField(default=0)
+    max_gpus_per_node = models.PositiveIntegerField(default=0)
+    synced_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="gpu_type_unique_in_cluster")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"

@@ -1,0 +1,113 @@
+"""Writes for clusters: recording their health and storing the inventory synced from Slurm."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from django.db import transaction
+from django.utils import timezone
+
+from jobs.models import Cluster, GpuType, Node, Partition
+from jobs.slurm import SlurmClient, SlurmError
+from jobs.slurm.types import NodeInfo, PartitionInfo
+
+logger = logging.getLogger(__name__)
+
+
+def cluster_check(*, cluster: Cluster, client: SlurmClient) -> bool:
+    """Ping the cluster (detecting its API version on first contact) and record the outcome."""
+    now = timezone.now()
+    try:
+        result = client.ping()
+    except SlurmError as exc:
+        Cluster.objects.filter(pk=cluster.pk).update(last_ping_at=now, last_ping_ok=False, last_ping_error=str(exc))
+        logger.warning("cluster %s: ping failed: %s", cluster.name, exc)
+        return False
+    error = "" if result.responding else "slurmrestd answers but reports slurmctld not responding"
+    Cluster.objects.filter(pk=cluster.pk).update(
+        api_version=result.api_version,
+        slurm_release=result.slurm_release or "",
+        last_ping_at=now,
+        last_ping_ok=result.responding,
+        last_ping_latency_ms=round(result.latency_seconds * 1000, 2),
+        last_ping_error=error,
+    )
+    cluster.refresh_from_db()
+    return result.responding
+
+
+def cluster_sync_inventory(*, cluster: Cluster, client: SlurmClient) -> None:
+    """Replace the stored partitions, nodes and GPU types with what Slurm reports now."""
+    nodes = client.nodes()
+    partitions = client.partitions()
+    now = timezone.now()
+    with transaction.atomic():
+        _store_nodes(cluster=cluster, nodes=nodes, now=now)
+        _store_partitions(cluster=cluster, partitions=partitions, nodes=nodes, now=now)
+        _store_gpu_types(cluster=cluster, nodes=nodes, now=now)
+        Cluster.objects.filter(pk=cluster.pk).update(inventory_synced_at=now)
+
+
+def _store_nodes(*, cluster: Cluster, nodes: list[NodeInfo], now: object) -> None:
+    for node in nodes:
+        Node.objects.update_or_create(
+            cluster=cluster,
+            name=node.name,
+            defaults={
+                "state": node.state.value,
+                "state_flags": list(node.state_flags),
+                "reason": node.reason[:500],
+                "partition_names": list(node.partitions),
+                "cpus": node.cpus,
+                "cpus_allocated": node.cpus_allocated,
+                "memory_mb": node.real_memory_mb,
+                "gpu_type": node.gpu_type or "",
+                "gpus_total": node.gpus_total,
+                "gpus_used": min(node.gpus_used, node.gpus_total),
+                "synced_at": now,
+            },
+        )
+    Node.objects.filter(cluster=cluster).exclude(name__in=[node.name for node in nodes]).delete()
+
+
+def _store_partitions(*, cluster: Cluster, partitions: list[PartitionInfo], nodes: list[NodeInfo], now: object) -> None:
+    nodes_by_name = {node.name: node for node in nodes}
+    for partition in partitions:
+        # Partitions list their nodes; nodes list their partitions. Either may be empty depending on version.
+        members = [nodes_by_name[name] for name in partition.nodes if name in nodes_by_name] or [
+            node for node in nodes if partition.name in node.partitions
+        ]
+        gpu_types = sorted({node.gpu_type for node in members if node.gpu_type and node.gpus_total})
+        Partition.objects.update_or_create(
+            cluster=cluster,
+            name=partition.name,
+            defaults={
+                "state": partition.state,
+                "is_default": partition.is_default,
+                "max_time_minutes": partition.max_time_minutes,
+                "default_time_minutes": partition.default_time_minutes,
+                "node_names": [node.name for node in members],
+                "gpu_types": gpu_types,
+                "max_gpus_per_node": max((node.gpus_total for node in members), default=0),
+                "synced_at": now,
+            },
+        )
+    Partition.objects.filter(cluster=cluster).exclude(name__in=[p.name for p in partitions]).delete()
+
+
+def _store_gpu_types(*, cluster: Cluster, nodes: list[NodeInfo], now: object) -> None:
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for node in nodes:
+        if node.gpu_type and node.gpus_total:
+            entry = totals[node.gpu_type]
+            entry[0] += node.gpus_total
+            entry[1] += min(node.gpus_used, node.gpus_total)
+            entry[2] = max(entry[2], node.gpus_total)
+    for name, (total, used, per_node) in totals.items():
+        GpuType.objects.update_or_create(
+            cluster=cluster,
+            name=name,
+            defaults={"gpus_total": total, "gpus_used": used, "max_gpus_per_node": per_node, "synced_at": now},
+        )
+    GpuType.objects.filter(cluster=cluster).exclude(name__in=list(totals)).delete()

@@ -1,0 +1,240 @@
+"""Normalised Slurm types: every codec, whatever its API version, decodes into and encodes from these."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+class JobState(enum.StrEnum):
+    """A job's base state, the same names Slurm uses (flags such as REQUEUED are dropped)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def is_finished(self) -> bool:
+        return self in FINISHED_JOB_STATES
+
+    @classmethod
+    def parse(cls, raw: str | list[str] | None) -> JobState:
+        """Slurm's state as a string (v0.0.38) or a list of a base state plus flags (v0.0.40+)."""
+        names = [raw] if isinstance(raw, str) else list(raw or [])
+        for name in names:
+            try:
+                return cls(name.upper())
+            except ValueError:
+                continue
+        return cls.UNKNOWN
+
+
+FINISHED_JOB_STATES = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.CANCELLED,
+        JobState.FAILED,
+        JobState.TIMEOUT,
+        JobState.NODE_FAIL,
+        JobState.PREEMPTED,
+        JobState.BOOT_FAIL,
+        JobState.DEADLINE,
+        JobState.OUT_OF_MEMORY,
+    }
+)
+
+
+class NodeState(enum.StrEnum):
+    """A node's state as an operator reads it; drain and down win over the allocation state."""
+
+    IDLE = "idle"
+    MIXED = "mixed"
+    ALLOCATED = "allocated"
+    DRAINING = "draining"
+    DRAINED = "drained"
+    DOWN = "down"
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def from_flags(cls, flags: list[str]) -> NodeState:
+        upper = {flag.upper() for flag in flags}
+        base = next((f for f in ("DOWN", "ALLOCATED", "MIXED", "IDLE") if f in upper), None)
+        if "DOWN" in upper or "NOT_RESPONDING" in upper:
+            return cls.DOWN
+        if "DRAIN" in upper:
+            return cls.DRAINING if base in {"ALLOCATED", "MIXED"} else cls.DRAINED
+        if base == "ALLOCATED":
+            return cls.ALLOCATED
+        if base == "MIXED":
+            return cls.MIXED
+        if base == "IDLE":
+            return cls.IDLE
+        return cls.UNKNOWN
+
+
+@dataclass(frozen=True)
+class SlurmMessage:
+    """One entry of a reply's `errors[]` or `warnings[]`."""
+
+    description: str
+    error_number: int | None = None
+    source: str | None = None
+
+    def __str__(self) -> str:
+        if self.error_number:
+            return f"{self.description} (Slurm error {self.error_number})"
+        return self.description
+
+
+@dataclass(frozen=True)
+class JobSubmission:
+    """What the portal asks Slurm to run. Values travel as data, never through a shell."""
+
+    name: str
+    account: str
+    partition: str
+    script: str
+    time_limit_minutes: int
+    working_directory: str
+    standard_output: str
+    standard_error: str
+    gpus: int = 0
+    gpu_type: str | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    comment: str = ""
+    cpus: int | None = None
+    memory_mb: int | None = None
+    nodes: int = 1
+    hold: bool = False
+
+    @property
+    def gpu_spec(self) -> str:
+        """`h100:2` or `2`, the way `--gpus` spells a typed or untyped request."""
+        return f"{self.gpu_type}:{self.gpus}" if self.gpu_type else str(self.gpus)
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    job_id: int
+    warnings: tuple[SlurmMessage, ...] = ()
+    user_message: str = ""
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """A job as slurmctld reports it (GET /job/{id} and /jobs)."""
+
+    job_id: int
+    name: str
+    account: str
+    partition: str
+    user_name: str
+    state: JobState
+    state_reason: str
+    comment: str
+    submit_time: datetime | None
+    start_time: datetime | None
+    end_time: datetime | None
+    time_limit_minutes: int | None
+    gpus: int
+    gpu_type: str | None
+    nodes: str
+    exit_code: int | None
+    standard_output: str
+    standard_error: str
+
+
+@dataclass(frozen=True)
+class JobsListing:
+    """GET /jobs: the jobs and the controller's time of their last change, for the next `update_time`."""
+
+    jobs: tuple[SlurmJob, ...]
+    last_update: datetime | None
+
+
+@dataclass(frozen=True)
+class AccountingRecord:
+    """A job as slurmdbd's accounting reports it (GET /slurmdb/.../jobs): what really ran."""
+
+    job_id: int
+    name: str
+    account: str
+    user_name: str
+    partition: str
+    cluster: str
+    state: JobState
+    comment: str
+    submit_time: datetime | None
+    start_time: datetime | None
+    end_time: datetime | None
+    elapsed_seconds: int
+    gpus_allocated: int
+    gpu_type: str | None
+    exit_code: int | None
+
+    @property
+    def gpu_seconds(self) -> int:
+        return self.elapsed_seconds * self.gpus_allocated
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    state: NodeState
+    state_flags: tuple[str, ...]
+    reason: str
+    partitions: tuple[str, ...]
+    cpus: int
+    cpus_allocated: int
+    real_memory_mb: int
+    gpu_type: str | None
+    gpus_total: int
+    gpus_used: int
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    name: str
+    nodes: tuple[str, ...]
+    max_time_minutes: int | None  # None: no limit
+    default_time_minutes: int | None
+    is_default: bool
+    state: str
+
+
+@dataclass(frozen=True)
+class AccountInfo:
+    name: str
+    description: str
+    organization: str
+
+
+@dataclass(frozen=True)
+class AssociationInfo:
+    account: str
+    cluster: str
+    user: str  # "" for the account's own association
+    parent_account: str
+    gpu_minutes_limit: int | None  # GrpTRESMins gres/gpu; None: no limit
+
+
+@dataclass(frozen=True)
+class PingResult:
+    api_version: str
+    slurm_release: str | None
+    cluster_name: str | None
+    responding: bool
+    latency_seconds: float

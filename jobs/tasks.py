@@ -1,0 +1,36 @@
+"""Celery tasks for clusters: thin wrappers that load by id and call one service."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from jobs.clusters import slurm_client_for
+from jobs.models import Cluster
+from jobs.services import cluster_check, cluster_sync_inventory
+from jobs.slurm import SlurmError
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(ignore_result=True, soft_time_limit=60, time_limit=90)
+def cluster_sync(cluster_id: int) -> None:
+    """Check a cluster's health, then refresh its inventory. Idempotent: a repeat only refreshes again."""
+    cluster = Cluster.objects.filter(pk=cluster_id, is_active=True).first()
+    if cluster is None:
+        return
+    client = slurm_client_for(cluster)
+    if not cluster_check(cluster=cluster, client=client):
+        return
+    try:
+        cluster_sync_inventory(cluster=cluster, client=slurm_client_for(cluster))
+    except SlurmError as exc:
+        # The next beat tick retries; a failed sync leaves the previous inventory in place.
+        logger.warning("cluster %s: inventory sync failed: %s", cluster.name, exc)
+
+
+@shared_task(ignore_result=True, soft_time_limit=30, time_limit=60)
+def cluster_sync_all() -> None:
+    for cluster_id in Cluster.objects.filter(is_active=True).values_list("pk", flat=True):
+        cluster_sync.delay(cluster_id)

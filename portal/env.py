@@ -1,0 +1,71 @@
+"""Reading settings from environment variables, with `*_FILE` variants for secrets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class ConfigurationError(RuntimeError):
+    pass
+
+
+def env_str(name: str, default: str) -> str:
+    """The variable's value, or the contents of the file named by `<name>_FILE`, or the default.
+
+    The `_FILE` form lets secrets come from a mounted file instead of the process environment.
+    """
+    file_path = os.environ.get(f"{name}_FILE")
+    if file_path:
+        try:
+            return Path(file_path).read_text().strip()
+        except OSError as exc:
+            raise ConfigurationError(f"{name}_FILE points at {file_path!r}, which cannot be read: {exc}") from exc
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if raw.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigurationError(f"{name}={raw!r} is not a boolean: use true or false")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name}={raw!r} is not an integer") from exc
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def database_from_url(url: str) -> dict[str, object]:
+    """Django's DATABASES entry for a `postgres://user:password@host:port/name` URL."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in {"postgres", "postgresql"}:
+        raise ConfigurationError(f"DATABASE_URL must start with postgres://, got {parts.scheme!r}")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "gpuportal",
+        "USER": unquote(parts.username or "postgres"),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "127.0.0.1",
+        "PORT": str(parts.port or 5432),
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+    }

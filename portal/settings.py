@@ -1,0 +1,139 @@
+"""Django settings, all from environment variables with development defaults (see README, "Configuration")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from celery.schedules import crontab  # noqa: F401  (kept for beat schedules added by later apps)
+
+from portal.env import database_from_url, env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("PORTAL_DEBUG", True)
+SECRET_KEY = env_str("PORTAL_SECRET_KEY", "dev-only-insecure-secret-key-change-me")
+ALLOWED_HOSTS = env_list("PORTAL_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("PORTAL_CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "channels",
+    "tenants",
+    "quotas",
+    "jobs",
+    "billing",
+    "frontend",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+ASGI_APPLICATION = "portal.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": database_from_url(env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpuportal"))}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [env_str("CHANNELS_REDIS_URL", REDIS_URL)]},
+    }
+}
+
+# Celery: the broker carries only task messages; the database stays the source of truth.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = 300
+CELERY_TASK_SOFT_TIME_LIMIT = 240
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BEAT_SCHEDULE = {
+    "sync-all-clusters": {
+        "task": "jobs.tasks.cluster_sync_all",
+        "schedule": env_int("CLUSTER_SYNC_INTERVAL_SECONDS", 30),
+    },
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+LOGIN_URL = "/admin/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+# Slurm: how long tokens minted for slurmrestd live, and the HTTP client's limits.
+SLURM_TOKEN_LIFESPAN_SECONDS = env_int("SLURM_TOKEN_LIFESPAN_SECONDS", 300)
+SLURM_HTTP_TIMEOUT_SECONDS = float(env_str("SLURM_HTTP_TIMEOUT_SECONDS", "10"))
+SLURM_HTTP_MAX_CONNECTIONS = env_int("SLURM_HTTP_MAX_CONNECTIONS", 10)
+
+# The local development cluster that `make cluster` starts; `seed_demo` registers it as "local".
+LOCAL_CLUSTER_URL = env_str("LOCAL_CLUSTER_URL", "http://127.0.0.1:6820")
+LOCAL_CLUSTER_KEY_FILE = env_str("LOCAL_CLUSTER_KEY_FILE", "/etc/slurm/jwt_hs256.key")
+LOCAL_CLUSTER_LOG_ROOT = env_str("LOCAL_CLUSTER_LOG_ROOT", "/srv/gpuportal/logs")
+LOCAL_CLUSTER_ADMIN_USER = env_str("LOCAL_CLUSTER_ADMIN_USER", "root")
+
+DEMO_PASSWORD = env_str("DEMO_PASSWORD", "demo")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("PORTAL_LOG_LEVEL", "INFO")},
+}
+
+# /healthz calls a cluster's health stale when no worker has pinged it for this long.
+CLUSTER_HEALTH_STALE_SECONDS = env_int("CLUSTER_HEALTH_STALE_SECONDS", 120)

@@ -1,0 +1,1 @@
+"""GPU-hour allocations per project, the append-only quota ledger and the matching Slurm limits."""
