@@ -5,10 +5,14 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
+from jobs.consumers import CLUSTER_STATUS_GROUP
 from jobs.models import Cluster, GpuType, Node, Partition
+from jobs.selectors import cluster_status
 from jobs.slurm import SlurmClient, SlurmError
 from jobs.slurm.types import NodeInfo, PartitionInfo
 
@@ -47,6 +51,21 @@ def cluster_sync_inventory(*, cluster: Cluster, client: SlurmClient) -> None:
         _store_partitions(cluster=cluster, partitions=partitions, nodes=nodes, now=now)
         _store_gpu_types(cluster=cluster, nodes=nodes, now=now)
         Cluster.objects.filter(pk=cluster.pk).update(inventory_synced_at=now)
+        transaction.on_commit(lambda: _push_status(cluster_pk=cluster.pk))
+
+
+def _push_status(*, cluster_pk: int) -> None:
+    """Tell the browsers watching cluster status; a lost push only delays what the next sync shows."""
+    cluster = Cluster.objects.get(pk=cluster_pk)
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(
+            CLUSTER_STATUS_GROUP, {"type": "cluster.status", "cluster": cluster_status(cluster=cluster)}
+        )
+    except Exception:  # Redis down must not fail the sync; the database already holds the truth.
+        logger.warning("cluster %s: could not push status to watchers", cluster.name, exc_info=True)
 
 
 def _store_nodes(*, cluster: Cluster, nodes: list[NodeInfo], now: object) -> None:

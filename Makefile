@@ -1,0 +1,53 @@
+# The portal's two commands are `make demo` and `make test`; the rest are the steps they are made of.
+SHELL := /bin/bash
+PY := .venv/bin/python
+DB_NAME ?= gpuportal
+
+.PHONY: demo test venv services cluster database migrate seed portal stop lint bench
+
+demo: cluster database seed portal ## Everything, with demo data, on http://127.0.0.1:8000
+	@$(PY) manage.py shell -c "from jobs.tasks import cluster_sync_all; cluster_sync_all.delay()"
+	@echo
+	@echo "The portal is running on http://127.0.0.1:8000/"
+	@echo "  Django admin:   http://127.0.0.1:8000/admin/   health: http://127.0.0.1:8000/healthz"
+	@echo "  Logins (password '$${DEMO_PASSWORD:-demo}'): admin (portal admin), alice (acme admin),"
+	@echo "          bob (member of acme/vision), carol (globex admin)"
+	@echo "  Stop everything with: make stop"
+
+test: cluster database ## The whole suite against the real local cluster, PostgreSQL and Redis
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+venv:
+	@bash scripts/bootstrap.sh
+
+services: ## PostgreSQL, Redis and MariaDB: installed and started if absent
+	@bash scripts/services.sh up
+
+cluster: venv services ## The local GPU Slurm cluster
+	@bash scripts/cluster.sh up
+
+database: venv services
+	@psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='$(DB_NAME)'" | grep -q 1 \
+		|| psql -h 127.0.0.1 -U postgres -qc "CREATE DATABASE $(DB_NAME)"
+	@$(PY) manage.py migrate --noinput -v0
+
+migrate: database
+
+seed: database
+	@$(PY) manage.py seed_demo
+
+portal: venv
+	@bash scripts/portal.sh up
+
+stop: ## Stop everything the project started
+	-@bash scripts/portal.sh down
+	-@bash scripts/cluster.sh down
+	-@bash scripts/services.sh down
+
+lint: venv
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy .
+
+bench: cluster database
+	$(PY) bench/slurm_client.py

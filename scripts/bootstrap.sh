@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Makes the Python environment: Python 3.11+ with venv, then .venv with the project and its dev tools.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+apt_install() {
+  if [[ ! -f /var/lib/gpuportal/apt-updated ]]; then
+    apt-get update -qq
+    mkdir -p /var/lib/gpuportal && touch /var/lib/gpuportal/apt-updated
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+PYTHON=${PYTHON:-python3}
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  echo "Installing Python 3"
+  apt_install python3 python3-venv
+fi
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "The portal needs Python 3.11 or newer; $PYTHON is $("$PYTHON" --version)." >&2
+  exit 1
+fi
+if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+  echo "Installing python3-venv"
+  apt_install python3-venv
+fi
+command -v curl >/dev/null 2>&1 || apt_install curl
+
+# Reinstall only when pyproject.toml changed since the last install.
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [[ ! -f "$stamp" ]]; then
+  [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
+  .venv/bin/pip install --quiet --upgrade pip
+  .venv/bin/pip install --quiet -e '.[dev]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi

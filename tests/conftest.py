@@ -1,0 +1,116 @@
+"""Shared fixtures: the real local Slurm cluster (started by `make cluster`), its accounts and job directories."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from jobs.slurm import SlurmClient, SlurmError
+from jobs.slurm.types import JobState, JobSubmission, SlurmJob
+
+CLUSTER_NAME = "local"
+JOB_USER = "alice"
+
+
+@pytest.fixture(scope="session")
+def slurm_client() -> Iterator[SlurmClient]:
+    """A client of the real local slurmrestd; the suite fails loudly if the cluster is not up."""
+    client = SlurmClient(
+        base_url=settings.LOCAL_CLUSTER_URL,
+        key_file=settings.LOCAL_CLUSTER_KEY_FILE,
+        admin_user=settings.LOCAL_CLUSTER_ADMIN_USER,
+        timeout_seconds=10,
+    )
+    try:
+        client.ping()
+    except SlurmError as exc:
+        pytest.fail(f"the local Slurm cluster is not reachable ({exc}); start it with `make cluster`")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def slurm_account(slurm_client: SlurmClient) -> Iterator[str]:
+    """A fresh Slurm account with alice associated; its jobs are cancelled and the account removed afterwards."""
+    name = f"t{uuid.uuid4().hex[:10]}"
+    slurm_client.create_account(name=name, cluster=CLUSTER_NAME, description="pytest", organization="pytest")
+    slurm_client.add_user_association(account=name, user=JOB_USER, cluster=CLUSTER_NAME)
+    yield name
+    listing = slurm_client.list_jobs()
+    for job in listing.jobs if listing else ():
+        if job.account == name and not job.state.is_finished:
+            slurm_client.cancel_job(user=slurm_client.admin_user, job_id=job.job_id)
+    _remove_account(slurm_client, name)
+
+
+def _remove_account(client: SlurmClient, name: str) -> None:
+    # slurmdbd refuses to delete an account while a cancelled job is still completing: retry briefly.
+    for _ in range(20):
+        try:
+            client.remove_user_association(account=name, user=JOB_USER, cluster=CLUSTER_NAME)
+            client.delete_account(name=name)
+            return
+        except SlurmError:
+            time.sleep(0.5)
+
+
+@pytest.fixture
+def job_directory() -> Iterator[Path]:
+    """A directory under the cluster's log root that alice's jobs can write their output to."""
+    path = Path(settings.LOCAL_CLUSTER_LOG_ROOT) / "pytest" / uuid.uuid4().hex
+    path.mkdir(parents=True)
+    user = pwd.getpwnam(JOB_USER)
+    os.chown(path, user.pw_uid, user.pw_gid)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def make_submission(slurm_account: str, job_directory: Path) -> Callable[..., JobSubmission]:
+    def make(**overrides: object) -> JobSubmission:
+        values: dict[str, object] = {
+            "name": "pytest-job",
+            "account": slurm_account,
+            "partition": "h100",
+            "script": "#!/bin/bash\necho started\nsleep 2\necho done\n",
+            "time_limit_minutes": 1,
+            "working_directory": str(job_directory),
+            "standard_output": str(job_directory / "stdout.txt"),
+            "standard_error": str(job_directory / "stderr.txt"),
+            "gpus": 1,
+            "gpu_type": "h100",
+        }
+        values.update(overrides)
+        return JobSubmission(**values)  # type: ignore[arg-type]
+
+    return make
+
+
+def wait_for_job(
+    client: SlurmClient, job_id: int, until: Callable[[SlurmJob], bool], *, timeout_seconds: float = 60
+) -> SlurmJob:
+    """Poll the job until `until` holds; fail with its last state when the timeout passes."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        job = client.get_job(job_id=job_id)
+        if until(job):
+            return job
+        if time.monotonic() > deadline:
+            pytest.fail(f"job {job_id} is still {job.state} ({job.state_reason}) after {timeout_seconds}s")
+        time.sleep(0.25)
+
+
+def is_finished(job: SlurmJob) -> bool:
+    return job.state.is_finished
+
+
+def is_running(job: SlurmJob) -> bool:
+    return job.state is JobState.RUNNING or job.state.is_finished
