@@ -366,10 +366,15 @@ class SlurmClient:
             return body
         raise self._error_from(response.status_code, errors)
 
-    @staticmethod
-    def _error_from(status_code: int, errors: tuple[SlurmMessage, ...]) -> SlurmError:
+    def _error_from(self, status_code: int, errors: tuple[SlurmMessage, ...]) -> SlurmError:
         text = "; ".join(str(message) for message in errors) or f"slurmrestd answered HTTP {status_code}"
         numbers = {message.error_number for message in errors if message.error_number}
+        if any(self.codec.is_auth_failure(message) for message in errors):
+            return SlurmAuthError(
+                f"slurmctld refused the token (expired, or not signed with the cluster's key): {text}",
+                messages=errors,
+                status_code=status_code,
+            )
         if numbers & _AUTH_ERRORS:
             return SlurmAuthError(text, messages=errors, status_code=status_code)
         if numbers & _NOT_FOUND_ERRORS or status_code == 404:

@@ -52,6 +52,10 @@ class Codec(ABC):
 
     # Replies -----------------------------------------------------------------------------------
 
+    def is_auth_failure(self, message: SlurmMessage) -> bool:
+        """Whether an error means the token was refused, beyond the error numbers every version shares."""
+        return False
+
     @abstractmethod
     def decode_errors(self, body: Json) -> tuple[SlurmMessage, ...]: ...
 

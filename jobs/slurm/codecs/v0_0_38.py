@@ -39,6 +39,12 @@ class V0038Codec(Codec):
     # (SLURM-NOTES.md); the client reads the limit back, so tolerating it is safe.
     tolerated_association_errors = frozenset({"Missing required field 'user'"})
 
+    def is_auth_failure(self, message: SlurmMessage) -> bool:
+        # 22.05 forwards the token to slurmctld, which rejects an expired or foreign one with a bare
+        # SLURM_ERROR; slurmrestd then reports -1 "Unspecified error" from the RPC it was making
+        # (slurm_load_ctl_conf, slurm_load_jobs, ...). slurmdbd's endpoints say 1007 instead.
+        return message.error_number == -1 and (message.source or "").startswith("slurm_")
+
     def decode_errors(self, body: Json) -> tuple[SlurmMessage, ...]:
         return messages_from(body.get("errors"), text_keys=("error", "description"))
 
