@@ -37,11 +37,30 @@ def slurm_client() -> Iterator[SlurmClient]:
     client.close()
 
 
+TEST_PARENT_ACCOUNT = "pytest"
+
+
+@pytest.fixture(scope="session")
+def slurm_parent_account(slurm_client: SlurmClient) -> str:
+    """The parent of the tests' accounts, as a tenant's account is the parent of its projects'."""
+    if TEST_PARENT_ACCOUNT not in {account.name for account in slurm_client.accounts()}:
+        slurm_client.create_account(
+            name=TEST_PARENT_ACCOUNT, cluster=CLUSTER_NAME, description="pytest", organization="pytest"
+        )
+    return TEST_PARENT_ACCOUNT
+
+
 @pytest.fixture
-def slurm_account(slurm_client: SlurmClient) -> Iterator[str]:
+def slurm_account(slurm_client: SlurmClient, slurm_parent_account: str) -> Iterator[str]:
     """A fresh Slurm account with alice associated; its jobs are cancelled and the account removed afterwards."""
     name = f"t{uuid.uuid4().hex[:10]}"
-    slurm_client.create_account(name=name, cluster=CLUSTER_NAME, description="pytest", organization="pytest")
+    slurm_client.create_account(
+        name=name,
+        cluster=CLUSTER_NAME,
+        description="pytest",
+        organization="pytest",
+        parent_account=slurm_parent_account,
+    )
     slurm_client.add_user_association(account=name, user=JOB_USER, cluster=CLUSTER_NAME)
     yield name
     listing = slurm_client.list_jobs()

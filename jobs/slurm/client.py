@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -200,25 +201,37 @@ class SlurmClient:
         return self.codec.decode_accounts(body)
 
     def create_account(
-        self, *, name: str, cluster: str, description: str, organization: str, parent_account: str = "root"
+        self,
+        *,
+        name: str,
+        cluster: str,
+        description: str,
+        organization: str,
+        parent_account: str = "root",
+        gpu_minutes_limit: int | None = None,
     ) -> None:
         """Create the account and its association on `cluster` under `parent_account`, then verify it.
 
         v0.0.38 creates only the account record on POST /accounts; the association that lets users
-        join it on a cluster is a second request.
+        join it on a cluster (and that carries its limits) is a second request.
         """
         account = AccountInfo(name=name, description=description, organization=organization)
         payload = self.codec.encode_accounts([account], parent_account=parent_account)
         self._call("POST", f"{self.codec.slurmdb_prefix}/accounts/", user=self.admin_user, payload=payload)
-        self._write_associations(
-            [
-                AssociationInfo(
-                    account=name, cluster=cluster, user="", parent_account=parent_account, gpu_minutes_limit=None
-                )
-            ]
+        association = AssociationInfo(
+            account=name,
+            cluster=cluster,
+            user="",
+            parent_account=parent_account,
+            gpu_minutes_limit=gpu_minutes_limit,
         )
-        if not any(not a.user for a in self.associations(account=name, cluster=cluster)):
-            raise SlurmRejected(f"Slurm accepted account {name!r} but shows no association for it on {cluster!r}")
+        self._write_associations([association])
+        created = self._account_association(account=name, cluster=cluster)
+        if created.gpu_minutes_limit != gpu_minutes_limit:
+            raise SlurmRejected(
+                f"Slurm created account {name!r} but reads back GrpTRESMins=gres/gpu={created.gpu_minutes_limit} "
+                f"instead of {gpu_minutes_limit}"
+            )
 
     def delete_account(self, *, name: str) -> None:
         self._call("DELETE", f"{self.codec.slurmdb_prefix}/account/{name}", user=self.admin_user)
@@ -242,22 +255,23 @@ class SlurmClient:
 
     def account_gpu_minutes_limit(self, *, account: str, cluster: str) -> int | None:
         """The account's GrpTRESMins for gres/gpu, read from its own (user-less) association."""
+        return self._account_association(account=account, cluster=cluster).gpu_minutes_limit
+
+    def _account_association(self, *, account: str, cluster: str) -> AssociationInfo:
         for association in self.associations(account=account, cluster=cluster):
             if association.account == account and not association.user:
-                return association.gpu_minutes_limit
+                return association
         raise SlurmNotFound(f"Slurm has no account {account!r} on cluster {cluster!r}")
 
     def set_account_gpu_minutes_limit(self, *, account: str, cluster: str, minutes: int | None) -> int | None:
         """Write the limit (None clears it), then read it back: slurmrestd can report success and change nothing."""
-        association = AssociationInfo(
-            account=account,
-            cluster=cluster,
-            user="",
-            parent_account="",
-            # -1 clears a limit, as with `sacctmgr modify account X set GrpTRESMins=gres/gpu=-1`.
-            gpu_minutes_limit=minutes if minutes is not None else -1,
-        )
-        self._write_associations([association])
+        current = self._account_association(account=account, cluster=cluster)
+        # -1 clears a limit, as with `sacctmgr modify account X set GrpTRESMins=gres/gpu=-1`.
+        limit = minutes if minutes is not None else -1
+        if self.codec.account_limit_needs_parent_move:
+            self._set_limit_by_moving(current=current, limit=limit)
+        else:
+            self._write_associations([replace(current, gpu_minutes_limit=limit)])
         applied = self.account_gpu_minutes_limit(account=account, cluster=cluster)
         if applied != minutes:
             raise SlurmRejected(
@@ -265,6 +279,37 @@ class SlurmClient:
                 f"but reads back {applied}; the limit was not applied"
             )
         return applied
+
+    def _set_limit_by_moving(self, *, current: AssociationInfo, limit: int) -> None:
+        """Apply a limit on 22.05 by moving the account to root and back to its parent, both moves carrying it."""
+        parent = current.parent_account
+        if limit < 0:
+            # Measured: the move clears the limit in slurmdbd, but slurmctld keeps enforcing the old one.
+            raise SlurmRejected(
+                f"clearing account {current.account!r}'s GPU-minute limit is not possible through slurmrestd v0.0.38 "
+                "(Slurm 22.05): slurmctld keeps the old limit; set a new limit instead"
+            )
+        if parent in {"", "root"}:
+            raise SlurmRejected(
+                f"account {current.account!r} sits directly under root: slurmrestd v0.0.38 (Slurm 22.05) can change "
+                "an account's limits only for accounts under another parent account"
+            )
+        self._write_associations([replace(current, parent_account="root", gpu_minutes_limit=limit)])
+        try:
+            self._write_associations([replace(current, parent_account=parent, gpu_minutes_limit=limit)])
+        except SlurmError as exc:
+            raise type(exc)(
+                f"account {current.account!r} was moved under root to change its limit and could not be moved "
+                f"back under {parent!r}: {exc}",
+                messages=exc.messages,
+                status_code=exc.status_code,
+            ) from exc
+        moved_back = self._account_association(account=current.account, cluster=current.cluster)
+        if moved_back.parent_account != parent:
+            raise SlurmRejected(
+                f"account {current.account!r} reads back under {moved_back.parent_account!r}, not {parent!r}, "
+                "after its limit was changed"
+            )
 
     def _write_associations(self, associations: list[AssociationInfo]) -> None:
         self._call(

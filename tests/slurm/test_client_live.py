@@ -140,3 +140,61 @@ def test_an_unknown_job_is_not_found(slurm_client: SlurmClient) -> None:
     with pytest.raises(SlurmNotFound) as raised:
         slurm_client.get_job(job_id=987654321)
     assert "Invalid job id specified" in str(raised.value)
+
+
+def test_a_gpu_minute_limit_is_written_read_back_and_enforced_by_slurm(
+    slurm_client: SlurmClient, make_submission: Callable[..., JobSubmission], slurm_account: str
+) -> None:
+    assert slurm_client.account_gpu_minutes_limit(account=slurm_account, cluster="local") is None
+
+    applied = slurm_client.set_account_gpu_minutes_limit(account=slurm_account, cluster="local", minutes=3)
+
+    assert applied == 3
+    assert slurm_client.account_gpu_minutes_limit(account=slurm_account, cluster="local") == 3
+    # The account stays where it was in the hierarchy (22.05 needs a move away and back to change a limit).
+    (own,) = [a for a in slurm_client.associations(account=slurm_account, cluster="local") if not a.user]
+    assert own.parent_account == "pytest"
+
+    # 2 GPUs x 1 minute fits in 3 GPU-minutes; 2 GPUs x 2 minutes does not, so Slurm holds it back.
+    fits = slurm_client.submit_job(
+        user=JOB_USER, submission=make_submission(gpus=2, time_limit_minutes=1, script="#!/bin/bash\nsleep 1\n")
+    )
+    too_big = slurm_client.submit_job(user=JOB_USER, submission=make_submission(gpus=2, time_limit_minutes=2))
+    wait_for_job(slurm_client, fits.job_id, lambda job: job.state is not JobState.PENDING)
+    held = wait_for_job(slurm_client, too_big.job_id, lambda job: job.state_reason != "None")
+    assert held.state is JobState.PENDING
+    assert held.state_reason == "AssocGrpGRESMinutes"
+
+    # Raising the limit lets the held job start.
+    assert slurm_client.set_account_gpu_minutes_limit(account=slurm_account, cluster="local", minutes=100) == 100
+    started = wait_for_job(slurm_client, too_big.job_id, lambda job: job.state is not JobState.PENDING)
+    assert started.state in {JobState.RUNNING, JobState.COMPLETED}
+
+
+def test_an_account_can_be_created_with_its_limit(slurm_client: SlurmClient, slurm_parent_account: str) -> None:
+    name = f"t{uuid.uuid4().hex[:10]}"
+    slurm_client.create_account(
+        name=name,
+        cluster="local",
+        description="pytest",
+        organization="pytest",
+        parent_account=slurm_parent_account,
+        gpu_minutes_limit=600,
+    )
+    try:
+        assert slurm_client.account_gpu_minutes_limit(account=name, cluster="local") == 600
+    finally:
+        slurm_client.delete_account(name=name)
+    assert name not in {account.name for account in slurm_client.accounts()}
+
+
+def test_clearing_a_limit_is_refused_on_22_05_because_slurmctld_would_keep_it(
+    slurm_client: SlurmClient, slurm_account: str
+) -> None:
+    slurm_client.set_account_gpu_minutes_limit(account=slurm_account, cluster="local", minutes=30)
+
+    with pytest.raises(SlurmRejected) as raised:
+        slurm_client.set_account_gpu_minutes_limit(account=slurm_account, cluster="local", minutes=None)
+
+    assert "set a new limit instead" in str(raised.value)
+    assert slurm_client.account_gpu_minutes_limit(account=slurm_account, cluster="local") == 30

@@ -41,6 +41,8 @@ class Codec(ABC):
     # Errors some versions report for an association write they nonetheless applied; the client
     # tolerates them only because it reads every limit back.
     tolerated_association_errors: frozenset[str] = frozenset()
+    # Whether an account's own association can only be modified by moving it to another parent (22.05).
+    account_limit_needs_parent_move: bool = False
 
     @property
     def slurm_prefix(self) -> str:

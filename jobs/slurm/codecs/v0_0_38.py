@@ -38,6 +38,10 @@ class V0038Codec(Codec):
     # An account-level limit sent without `user` is applied, yet the reply carries this error
     # (SLURM-NOTES.md); the client reads the limit back, so tolerating it is safe.
     tolerated_association_errors = frozenset({"Missing required field 'user'"})
+    # 22.05's parser fills a missing parent_account with "root", so slurmdbd reads every account-level
+    # modify as "move to the parent it already has", logs "Nothing to do" and skips the new limits too.
+    # A real move does apply them: the client moves the account to root and back (see SLURM-NOTES).
+    account_limit_needs_parent_move = True
 
     def is_auth_failure(self, message: SlurmMessage) -> bool:
         # 22.05 forwards the token to slurmctld, which rejects an expired or foreign one with a bare
