@@ -92,7 +92,10 @@ def main() -> None:
         client.create_account(name=ACCOUNT, cluster=CLUSTER, description="benchmarks", organization="portal")
     client.add_user_association(account=ACCOUNT, user=USER, cluster=CLUSTER)
 
-    client_rates, bare_rates, client_latencies, bare_latencies = [], [], [], []
+    client_rates: list[float] = []
+    bare_rates: list[float] = []
+    client_latencies: list[float] = []
+    bare_latencies: list[float] = []
     for _ in range(args.rounds):
         # Alternate the order so neither side always runs on a warmer (or fuller) slurmctld.
         for side in ("bare", "client") if len(client_rates) % 2 else ("client", "bare"):

@@ -34,6 +34,10 @@ class ClusterStatusConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def cluster_status(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": "cluster.status", "cluster": event["cluster"]})
 
-    @database_sync_to_async
-    def _current(self) -> list[dict[str, object]]:
-        return [cluster_status(cluster=cluster) for cluster in cluster_list_active()]
+    async def _current(self) -> list[dict[str, object]]:
+        statuses: list[dict[str, object]] = await database_sync_to_async(_current_statuses)()
+        return statuses
+
+
+def _current_statuses() -> list[dict[str, object]]:
+    return [cluster_status(cluster=cluster) for cluster in cluster_list_active()]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from datetime import datetime
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -68,7 +69,7 @@ def _push_status(*, cluster_pk: int) -> None:
         logger.warning("cluster %s: could not push status to watchers", cluster.name, exc_info=True)
 
 
-def _store_nodes(*, cluster: Cluster, nodes: list[NodeInfo], now: object) -> None:
+def _store_nodes(*, cluster: Cluster, nodes: list[NodeInfo], now: datetime) -> None:
     for node in nodes:
         Node.objects.update_or_create(
             cluster=cluster,
@@ -90,7 +91,9 @@ def _store_nodes(*, cluster: Cluster, nodes: list[NodeInfo], now: object) -> Non
     Node.objects.filter(cluster=cluster).exclude(name__in=[node.name for node in nodes]).delete()
 
 
-def _store_partitions(*, cluster: Cluster, partitions: list[PartitionInfo], nodes: list[NodeInfo], now: object) -> None:
+def _store_partitions(
+    *, cluster: Cluster, partitions: list[PartitionInfo], nodes: list[NodeInfo], now: datetime
+) -> None:
     nodes_by_name = {node.name: node for node in nodes}
     for partition in partitions:
         # Partitions list their nodes; nodes list their partitions. Either may be empty depending on version.
@@ -115,7 +118,7 @@ def _store_partitions(*, cluster: Cluster, partitions: list[PartitionInfo], node
     Partition.objects.filter(cluster=cluster).exclude(name__in=[p.name for p in partitions]).delete()
 
 
-def _store_gpu_types(*, cluster: Cluster, nodes: list[NodeInfo], now: object) -> None:
+def _store_gpu_types(*, cluster: Cluster, nodes: list[NodeInfo], now: datetime) -> None:
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for node in nodes:
         if node.gpu_type and node.gpus_total:

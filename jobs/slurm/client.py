@@ -360,7 +360,8 @@ class SlurmClient:
 
     @staticmethod
     def _is_json(response: httpx.Response) -> bool:
-        return response.headers.get("content-type", "").startswith("application/json")
+        content_type: str = response.headers.get("content-type", "")
+        return content_type.startswith("application/json")
 
     def _call(
         self,

@@ -109,6 +109,6 @@ def test_anonymous_watchers_are_refused() -> None:
         communicator.scope["user"] = AnonymousUser()
         connected, _ = await communicator.connect()
         await communicator.disconnect()
-        return connected
+        return bool(connected)
 
     assert async_to_sync(connect)() is False

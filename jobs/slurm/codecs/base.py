@@ -145,7 +145,8 @@ def plain_number(value: Any) -> int | None:
         return None
     if value in _SENTINELS:
         return None
-    return value
+    number: int = value
+    return number
 
 
 def timestamp(value: Any) -> datetime | None:
@@ -180,7 +181,9 @@ def gpus_in(items: str | Iterable[str] | None) -> tuple[int, str | None]:
             continue
         count = int(match.group("count"))
         gpu_type = match.group("type")
-        if gpu_type and count:  # a zero-count entry ("gpu:h200:0(IDX:)") names a type the job does not hold
+        if not count:  # a zero-count entry ("gpu:h200:0(IDX:)") names a type the job does not hold
+            continue
+        if gpu_type:
             typed_total += count
             types.add(gpu_type)
         else:

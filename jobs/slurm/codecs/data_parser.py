@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -35,11 +34,6 @@ from jobs.slurm.types import (
 # ESLURM_ENVIRONMENT_MISSING) although the v0.0.40+ schemas no longer mark the field required. A
 # submission may carry none, so it gets the smallest one a batch shell needs: a PATH.
 MINIMAL_ENVIRONMENT = ("PATH=/usr/bin:/bin",)
-
-# A gres piece with a zero count, e.g. "gpu:h200:0(IDX:)" in the gres_detail of a job that got only
-# h100s on a mixed node: its type must not count as one the job holds.
-_ZERO_GPU_PIECE = re.compile(r"^(?:gres[/:])?gpu(?::[^:=(]+)?[:=]0(?:\(.*\))?$")
-_TOP_LEVEL_COMMA = re.compile(r",(?![^(]*\))")
 
 
 class DataParserCodec(Codec):
@@ -161,7 +155,7 @@ class DataParserCodec(Codec):
         """
         requested, requested_type = self._requested_gpus(raw)
         for source in (raw.get("tres_alloc_str"), raw.get("gres_detail")):
-            held, held_type = gpus_in(_nonzero_gpu_pieces(source))
+            held, held_type = gpus_in(_gres_strings(source))
             if held:
                 return held, held_type or requested_type
         return requested, requested_type
@@ -175,7 +169,7 @@ class DataParserCodec(Codec):
             ("tres_per_task", tasks),
             ("tres_per_socket", nodes),
         ):
-            count, gpu_type = gpus_in(_nonzero_gpu_pieces(raw.get(field)))
+            count, gpu_type = gpus_in(_gres_strings(raw.get(field)))
             if count:
                 return count * multiplier, gpu_type
         return 0, None
@@ -226,8 +220,8 @@ class DataParserCodec(Codec):
             if not isinstance(raw, dict):
                 continue
             flags = tuple(_text(flag) for flag in _list(raw.get("state")))
-            gpus_total, gpu_type = gpus_in(_nonzero_gpu_pieces(raw.get("gres")))
-            gpus_used, _ = gpus_in(_nonzero_gpu_pieces(raw.get("gres_used")))
+            gpus_total, gpu_type = gpus_in(_gres_strings(raw.get("gres")))
+            gpus_used, _ = gpus_in(_gres_strings(raw.get("gres_used")))
             nodes.append(
                 NodeInfo(
                     name=_text(raw.get("name")),
@@ -374,16 +368,9 @@ def _return_code(exit_code: Any) -> int | None:
     return plain_number(exit_code)
 
 
-def _nonzero_gpu_pieces(value: Any) -> list[str]:
-    """The comma-separated pieces of gres/TRES strings, minus the GPU entries that count zero."""
-    items = [value] if isinstance(value, str) else [item for item in _list(value) if isinstance(item, str)]
-    pieces = []
-    for item in items:
-        for piece in _TOP_LEVEL_COMMA.split(item):
-            piece = piece.strip()
-            if piece and not _ZERO_GPU_PIECE.match(piece):
-                pieces.append(piece)
-    return pieces
+def _gres_strings(value: Any) -> list[str]:
+    """The gres/TRES strings of a field that holds one string or a list of them."""
+    return [value] if isinstance(value, str) else [item for item in _list(value) if isinstance(item, str)]
 
 
 def _gpus_in_tres_list(entries: list[Any]) -> tuple[int, str | None]:
