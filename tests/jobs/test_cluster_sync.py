@@ -112,3 +112,31 @@ def test_anonymous_watchers_are_refused() -> None:
         return bool(connected)
 
     assert async_to_sync(connect)() is False
+
+
+def _session_cookie_for(user: object) -> str:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)  # type: ignore[arg-type]
+    return f"sessionid={client.cookies['sessionid'].value}"
+
+
+def test_the_asgi_application_routes_websockets_with_session_auth_and_same_origin_only() -> None:
+    from portal.asgi import application
+
+    user = get_user_model().objects.create_user(username="browser")
+    cookie = _session_cookie_for(user)
+
+    async def connect(origin: bytes, with_cookie: bool) -> bool:
+        headers = [(b"origin", origin), (b"host", b"127.0.0.1:8000")]
+        if with_cookie:
+            headers.append((b"cookie", cookie.encode()))
+        communicator = WebsocketCommunicator(application, "/ws/clusters/", headers=headers)
+        connected, _ = await communicator.connect()
+        await communicator.disconnect()
+        return bool(connected)
+
+    assert async_to_sync(connect)(b"http://127.0.0.1:8000", True) is True
+    assert async_to_sync(connect)(b"http://127.0.0.1:8000", False) is False
+    assert async_to_sync(connect)(b"https://evil.example", True) is False
