@@ -14,7 +14,7 @@ demo: cluster database seed portal ## Everything, with demo data, on http://127.
 	@echo "          bob (member of acme/vision), carol (globex admin)"
 	@echo "  Stop everything with: make stop"
 
-test: cluster database ## The whole suite against the real local cluster, PostgreSQL and Redis
+test: lint cluster database ## The whole suite against the real local cluster, PostgreSQL and Redis
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 venv:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -37,6 +38,8 @@ from jobs.slurm.types import (
     SlurmMessage,
     SubmitResult,
 )
+
+logger = logging.getLogger(__name__)
 
 # Slurm error numbers (slurm_errno.h) that say "try again later" rather than "no".
 _AUTH_ERRORS = {1007, 2002, 6000}  # protocol authentication, access denied, plugin auth
@@ -400,6 +403,10 @@ class SlurmClient:
                 f"{response.text.strip()[:200]}",
                 status_code=response.status_code,
             )
+        # Unknown or mistyped fields are dropped with only a warning in v0.0.40+ (e.g. a GPU request):
+        # never let one pass silently. Submissions also return theirs in SubmitResult.warnings.
+        for warning in self.codec.decode_warnings(body):
+            logger.warning("slurmrestd %s %s: %s", response.request.method, response.request.url.path, warning)
         errors = tuple(
             message
             for message in self.codec.decode_errors(body)

@@ -221,3 +221,14 @@ def test_with_slurmrestd_stopped_calls_fail_as_retryable_within_the_timeout(slur
     finally:
         subprocess.run(["bash", str(PROJECT_ROOT / "scripts/cluster.sh"), "up"], check=True, capture_output=True)
     assert slurm_client.ping().responding is True
+
+
+def test_warnings_on_any_reply_are_logged(key_file: Path, caplog: pytest.LogCaptureFixture) -> None:
+    warning = {"description": 'Ignoring unknown field "gres"', "source": "_parse"}
+    client = client_with(httpx.MockTransport(lambda request: v38_reply(200, [], warnings=[warning])), key_file)
+
+    with caplog.at_level("WARNING", logger="jobs.slurm.client"):
+        client.nodes()
+
+    assert 'Ignoring unknown field "gres"' in caplog.text
+    assert "/slurm/v0.0.38/nodes/" in caplog.text
