@@ -192,6 +192,28 @@ def gpus_in(items: str | Iterable[str] | None) -> tuple[int, str | None]:
     return total, (types.pop() if len(types) == 1 else None)
 
 
+def gpus_in_tres_list(entries: list[Any]) -> tuple[int, str | None]:
+    """GPUs in slurmdb TRES entries: `{type: "gres", name: "gpu", count: 2}` and typed `name: "gpu:h100"`."""
+    names = [
+        f"gres/{entry['name']}={count}"
+        for entry in entries
+        if isinstance(entry, dict)
+        and entry.get("type") == "gres"
+        and str(entry.get("name") or "").split(":")[0] == "gpu"
+        and (count := plain_number(entry.get("count")))
+    ]
+    return gpus_in(names)
+
+
+def untyped_gpu_count(entries: list[Any]) -> int | None:
+    """The count of the untyped gres/gpu entry (what GrpTRESMins=gres/gpu=N sets); None without one."""
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("type") == "gres" and entry.get("name") == "gpu":
+            count = plain_number(entry.get("count"))
+            return count if count is not None and count >= 0 else None
+    return None
+
+
 def split_csv(value: str | None) -> tuple[str, ...]:
     return tuple(part.strip() for part in (value or "").split(",") if part.strip())
 

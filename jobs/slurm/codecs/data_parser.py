@@ -10,9 +10,11 @@ from jobs.slurm.codecs.base import (
     Json,
     expand_hostlist,
     gpus_in,
+    gpus_in_tres_list,
     messages_from,
     plain_number,
     timestamp,
+    untyped_gpu_count,
 )
 from jobs.slurm.errors import SlurmRejected
 from jobs.slurm.types import (
@@ -191,7 +193,7 @@ class DataParserCodec(Codec):
         state = JobState.parse(_dict(raw.get("state")).get("current"))
         time = _dict(raw.get("time"))
         tres = _dict(raw.get("tres"))
-        gpus, gpu_type = _gpus_in_tres_list(_list(tres.get("allocated")))
+        gpus, gpu_type = gpus_in_tres_list(_list(tres.get("allocated")))
         comment = raw.get("comment")
         return AccountingRecord(
             job_id=int(raw["job_id"]),
@@ -317,7 +319,7 @@ class DataParserCodec(Codec):
                     cluster=_text(raw.get("cluster")),
                     user=_text(raw.get("user")),
                     parent_account=_text(raw.get("parent_account")),
-                    gpu_minutes_limit=_untyped_gpu_count(_list(group.get("minutes"))),
+                    gpu_minutes_limit=untyped_gpu_count(_list(group.get("minutes"))),
                 )
             )
         return associations
@@ -371,28 +373,6 @@ def _return_code(exit_code: Any) -> int | None:
 def _gres_strings(value: Any) -> list[str]:
     """The gres/TRES strings of a field that holds one string or a list of them."""
     return [value] if isinstance(value, str) else [item for item in _list(value) if isinstance(item, str)]
-
-
-def _gpus_in_tres_list(entries: list[Any]) -> tuple[int, str | None]:
-    """GPUs in slurmdb TRES entries: `{type: "gres", name: "gpu", count: 2}` and typed `name: "gpu:h100"`."""
-    names = [
-        f"gres/{entry['name']}={count}"
-        for entry in entries
-        if isinstance(entry, dict)
-        and entry.get("type") == "gres"
-        and _text(entry.get("name")).split(":")[0] == "gpu"
-        and (count := plain_number(entry.get("count")))
-    ]
-    return gpus_in(names)
-
-
-def _untyped_gpu_count(entries: list[Any]) -> int | None:
-    """The count of the untyped gres/gpu entry (what GrpTRESMins=gres/gpu=N sets); None without one."""
-    for entry in entries:
-        if isinstance(entry, dict) and entry.get("type") == "gres" and entry.get("name") == "gpu":
-            count = plain_number(entry.get("count"))
-            return count if count is not None and count >= 0 else None
-    return None
 
 
 def _dict(value: Any) -> Json:

@@ -10,9 +10,11 @@ from jobs.slurm.codecs.base import (
     Json,
     expand_hostlist,
     gpus_in,
+    gpus_in_tres_list,
     messages_from,
     plain_number,
     timestamp,
+    untyped_gpu_count,
 )
 from jobs.slurm.types import (
     AccountInfo,
@@ -136,7 +138,7 @@ class V0038Codec(Codec):
     def _decode_accounting_job(self, raw: dict[str, Any]) -> AccountingRecord:
         time = raw.get("time") or {}
         state = raw.get("state") or {}
-        gpus, gpu_type = _gpus_from_tres_list((raw.get("tres") or {}).get("allocated") or [])
+        gpus, gpu_type = gpus_in_tres_list((raw.get("tres") or {}).get("allocated") or [])
         exit_code = raw.get("exit_code") or {}
         comment = raw.get("comment")
         return AccountingRecord(
@@ -244,30 +246,16 @@ class V0038Codec(Codec):
         for raw in body.get("associations") or []:
             tres = (raw.get("max") or {}).get("tres") or {}
             minutes = (tres.get("group") or {}).get("minutes") or (tres.get("minutes") or {}).get("total") or []
-            limit, _ = _gpus_from_tres_list(minutes)
             associations.append(
                 AssociationInfo(
                     account=raw.get("account") or "",
                     cluster=raw.get("cluster") or "",
                     user=raw.get("user") or "",
                     parent_account=raw.get("parent_account") or "",
-                    gpu_minutes_limit=limit if _has_gpu_entry(minutes) else None,
+                    gpu_minutes_limit=untyped_gpu_count(minutes),
                 )
             )
         return associations
-
-
-def _gpus_from_tres_list(entries: list[dict[str, Any]]) -> tuple[int, str | None]:
-    """GPU count and type from TRES entries: `{"type": "gres", "name": "gpu", "count": 2}` (+ typed ones)."""
-    names = []
-    for entry in entries:
-        if entry.get("type") == "gres" and str(entry.get("name", "")).startswith("gpu"):
-            names.append(f"gres/{entry['name']}={entry.get('count', 0)}")
-    return gpus_in(",".join(names)) if names else (0, None)
-
-
-def _has_gpu_entry(entries: list[dict[str, Any]]) -> bool:
-    return any(entry.get("type") == "gres" and entry.get("name") == "gpu" for entry in entries)
 
 
 CODEC = V0038Codec()
