@@ -820,7 +820,9 @@ _SPECS: dict[str, dict[str, Any]] = {}
 
 def _spec(version: str) -> dict[str, Any]:
     if version not in _SPECS:
-        _SPECS[version] = json.loads((SPEC_DIR / f"v{version}.json").read_text())
+        # v0.0.38 comes from Slurm 22.05's own tree, named after its slurmctld half.
+        file_name = "slurm-v0.0.38.json" if version == "0.0.38" else f"v{version}.json"
+        _SPECS[version] = json.loads((SPEC_DIR / file_name).read_text())
     return _SPECS[version]
 
 
@@ -864,3 +866,10 @@ def test_schema_walk_catches_an_undeclared_gpu_key() -> None:
     assert _undeclared_keys(
         payload, _spec("0.0.44")["components"]["schemas"]["v0.0.44_job_submit_req"], _spec("0.0.44")
     ) == ["job.gpus"]
+
+
+@pytest.mark.parametrize("name", list(SUBMISSIONS))
+def test_v0_0_38_submit_payloads_match_the_v0_0_38_spec(name: str) -> None:
+    payload = codec_for("0.0.38").encode_submit(SUBMISSIONS[name])
+
+    _assert_matches_schema("0.0.38", "job_submission", payload)
