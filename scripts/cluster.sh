@@ -575,10 +575,18 @@ cmd_status() {
     fi
 }
 
-main() {
-    (($# == 1)) || { echo "usage: $0 {up|down|status}" >&2; exit 2; }
+# Stop one daemon (tests use it to cause a real outage; `up` starts it again).
+cmd_stop() {
     case $1 in
-        up | down)
+        munged | slurmdbd | slurmctld | slurmrestd | gpu0[1-4]) stop_daemon "$1" ;;
+        *) die "unknown daemon '$1': one of munged slurmdbd slurmctld slurmrestd ${NODES[*]}" ;;
+    esac
+}
+
+main() {
+    (($# == 1)) || [[ ${1:-} == stop && $# == 2 ]] || { echo "usage: $0 {up|down|status|stop DAEMON}" >&2; exit 2; }
+    case $1 in
+        up | down | stop)
             [[ $(id -u) -eq 0 ]] || die "must run as root"
             # One "up"/"down" at a time.  The lock is held by flock(1) around a re-run of this script
             # and closed for the script itself (-o): the daemons it starts must not inherit the lock fd,
@@ -586,7 +594,7 @@ main() {
             if [[ ${_GPUPORTAL_CLUSTER_LOCKED:-} != 1 ]]; then
                 local rc=0
                 _GPUPORTAL_CLUSTER_LOCKED=1 flock -o -w 300 -E 75 /run/gpuportal-cluster.lock \
-                    bash "${BASH_SOURCE[0]}" "$1" || rc=$?
+                    bash "${BASH_SOURCE[0]}" "$@" || rc=$?
                 ((rc != 75)) || die "another cluster.sh run still holds /run/gpuportal-cluster.lock after 300s"
                 exit "$rc"
             fi
@@ -596,7 +604,8 @@ main() {
         up) cmd_up ;;
         down) cmd_down ;;
         status) cmd_status ;;
-        *) echo "usage: $0 {up|down|status}" >&2; exit 2 ;;
+        stop) cmd_stop "$2" ;;
+        *) echo "usage: $0 {up|down|status|stop DAEMON}" >&2; exit 2 ;;
     esac
 }
 
