@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from django.contrib import admin, messages
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -60,6 +60,8 @@ class ClusterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     )
     inlines = (GpuTypeInline, PartitionInline, NodeInline)
     actions = ("sync_now",)
+    # slurmrestd speaks plain HTTP unless a TLS proxy fronts it, so a bare host:port means http.
+    formfield_overrides = {models.URLField: {"assume_scheme": "http"}}
 
     @admin.action(description="Check health and sync inventory now")
     def sync_now(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:

@@ -1,0 +1,74 @@
+"""The Django admin pages portal admins use for clusters and tenants render with their synced data."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.utils import timezone
+
+from jobs.models import Cluster, GpuType, Node, Partition
+from tenants.models import Project, Tenant
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_client_logged_in(client: Client) -> Client:
+    admin = get_user_model().objects.create_superuser(username="root-admin", password="x")
+    client.force_login(admin)
+    return client
+
+
+@pytest.fixture
+def synced_cluster() -> Cluster:
+    now = timezone.now()
+    cluster = Cluster.objects.create(
+        name="local",
+        slurmrestd_url="http://127.0.0.1:6820",
+        jwt_key_file="/etc/slurm/jwt_hs256.key",
+        log_root="/srv/gpuportal/logs",
+        api_version="0.0.38",
+        last_ping_ok=True,
+        last_ping_at=now,
+    )
+    GpuType.objects.create(cluster=cluster, name="h100", gpus_total=8, gpus_used=1, max_gpus_per_node=4, synced_at=now)
+    Partition.objects.create(cluster=cluster, name="h100", state="UP", node_names=["gpu01"], synced_at=now)
+    Node.objects.create(cluster=cluster, name="gpu01", state="mixed", gpu_type="h100", gpus_total=4, synced_at=now)
+    return cluster
+
+
+def test_the_cluster_page_shows_registration_and_synced_inventory(
+    admin_client_logged_in: Client, synced_cluster: Cluster
+) -> None:
+    response = admin_client_logged_in.get(f"/admin/jobs/cluster/{synced_cluster.pk}/change/")
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "http://127.0.0.1:6820" in page
+    assert "gpu01" in page
+    assert "Last seen by the workers" in page
+
+
+def test_the_sync_now_action_schedules_a_sync_after_commit(
+    admin_client_logged_in: Client, synced_cluster: Cluster, django_capture_on_commit_callbacks: object
+) -> None:
+    with django_capture_on_commit_callbacks() as callbacks:  # type: ignore[operator]
+        response = admin_client_logged_in.post(
+            "/admin/jobs/cluster/",
+            {"action": "sync_now", "_selected_action": [synced_cluster.pk]},
+            follow=True,
+        )
+
+    assert response.status_code == 200
+    assert "Asked the workers to sync 1 cluster(s)." in response.content.decode()
+    assert len(callbacks) == 1
+
+
+def test_tenant_and_project_pages_render(admin_client_logged_in: Client) -> None:
+    tenant = Tenant.objects.create(slug="acme", name="ACME")
+    project = Project.objects.create(tenant=tenant, slug="vision", name="Vision")
+
+    assert admin_client_logged_in.get(f"/admin/tenants/tenant/{tenant.pk}/change/").status_code == 200
+    assert admin_client_logged_in.get(f"/admin/tenants/project/{project.pk}/change/").status_code == 200
+    assert admin_client_logged_in.get("/admin/jobs/clusteraccount/add/").status_code == 200
