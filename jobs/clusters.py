@@ -30,11 +30,3 @@ def slurm_client_for(cluster: Cluster) -> SlurmClient:
             )
             _clients[key] = client
         return client
-
-
-def forget_clients() -> None:
-    """Close every pooled client (after a fork, or in tests that change a cluster's configuration)."""
-    with _lock:
-        for client in _clients.values():
-            client.close()
-        _clients.clear()

@@ -44,7 +44,6 @@ logger = logging.getLogger(__name__)
 # Slurm error numbers (slurm_errno.h) that say "try again later" rather than "no".
 _AUTH_ERRORS = {1007, 2002, 6000}  # protocol authentication, access denied, plugin auth
 _NOT_FOUND_ERRORS = {2017}  # invalid job id
-_HELD_JOB = 2042  # a held submission succeeds but reports this as an error
 
 
 def _is_retryable_number(number: int) -> bool:
