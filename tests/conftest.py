@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -12,9 +14,11 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import connection
 
 from jobs.slurm import SlurmClient, SlurmError
 from jobs.slurm.types import JobState, JobSubmission, SlurmJob
+from portal.celery import app as celery_app
 
 CLUSTER_NAME = "local"
 JOB_USER = "alice"
@@ -133,3 +137,43 @@ def is_finished(job: SlurmJob) -> bool:
 
 def is_running(job: SlurmJob) -> bool:
     return job.state is JobState.RUNNING or job.state.is_finished
+
+
+@pytest.fixture(scope="session")
+def celery_worker(
+    django_db_setup: None, django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A real Celery worker process on the test broker and the test database; yields its name.
+
+    Tests that use it must be transactional (`django_db(transaction=True)`): the worker only sees what
+    the test has committed.
+    """
+    database = connection.settings_dict
+    name = f"pytest-{uuid.uuid4().hex[:8]}@localhost"
+    log = tmp_path_factory.mktemp("celery") / "worker.log"
+    environment = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
+    }
+    command = [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool=solo", "--loglevel=INFO"]
+    command += ["--hostname", name, "--without-mingle", "--without-gossip"]
+    with log.open("w") as output:
+        worker = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not celery_app.control.ping(destination=[name], timeout=0.5):
+            if worker.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the Celery worker did not start; its log:\n{log.read_text()}")
+        yield name
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+
+def wait_until(condition: Callable[[], bool], *, timeout_seconds: float = 30, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {timeout_seconds}s")
+        time.sleep(0.2)

@@ -140,3 +140,19 @@ def test_the_asgi_application_routes_websockets_with_session_auth_and_same_origi
     assert async_to_sync(connect)(b"http://127.0.0.1:8000", True) is True
     assert async_to_sync(connect)(b"http://127.0.0.1:8000", False) is False
     assert async_to_sync(connect)(b"https://evil.example", True) is False
+
+
+def test_a_real_worker_runs_the_fan_out_and_the_sync_through_the_broker(
+    celery_worker: str, local_cluster: Cluster
+) -> None:
+    from jobs.tasks import cluster_sync_all
+    from tests.conftest import wait_until
+
+    cluster_sync_all.delay()  # what beat sends every CLUSTER_SYNC_INTERVAL_SECONDS
+
+    wait_until(
+        lambda: Cluster.objects.get(pk=local_cluster.pk).inventory_synced_at is not None,
+        what="the worker's sync of the local cluster",
+    )
+    assert Cluster.objects.get(pk=local_cluster.pk).api_version == "0.0.38"
+    assert Node.objects.filter(cluster=local_cluster).count() == 4
