@@ -24,7 +24,7 @@ def cluster_sync(cluster_id: int) -> None:
     if not cluster_check(cluster=cluster, client=client):
         return
     try:
-        cluster_sync_inventory(cluster=cluster, client=slurm_client_for(cluster))
+        cluster_sync_inventory(cluster=cluster, client=client)
     except SlurmError as exc:
         # The next beat tick retries; a failed sync leaves the previous inventory in place.
         logger.warning("cluster %s: inventory sync failed: %s", cluster.name, exc)
