@@ -34,3 +34,9 @@ def cluster_sync(cluster_id: int) -> None:
 def cluster_sync_all() -> None:
     for cluster_id in Cluster.objects.filter(is_active=True).values_list("pk", flat=True):
         cluster_sync.delay(cluster_id)
+
+
+@shared_task(ignore_result=True, soft_time_limit=120, time_limit=180)
+def project_slurm_sync(project_id: int) -> None:
+    """Bring the project's Slurm accounts and user associations in line with the portal, on every cluster."""
+    raise NotImplementedError("filled in by the Slurm account sync work")

@@ -1,11 +1,22 @@
-"""Top-level URL routes."""
+"""Top-level URL routes: the browser pages, the Django admin, the REST API and its docs, health."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from portal.apis import MeApi
 from portal.health import healthz
 
 urlpatterns = [
+    path("", include("frontend.urls")),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
+    path("api/v1/me/", MeApi.as_view(), name="api-me"),
+    path("api/v1/", include("tenants.api_urls")),
+    path("api/v1/", include("jobs.api_urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
+
+handler404 = "portal.api_errors.handler404"
+handler500 = "portal.api_errors.handler500"

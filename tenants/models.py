@@ -1,16 +1,31 @@
-"""Tenants, projects and memberships."""
+"""Tenants, projects, memberships with roles, API tokens and the audit log."""
 
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+# Lower-case letters, digits and single hyphens, starting with a letter: safe in URLs, in Slurm account
+# names (which Slurm lower-cases) and in file paths on the cluster.
+SLUG_PATTERN = r"^(?=.{2,40}$)[a-z][a-z0-9]*(-[a-z0-9]+)*$"
+SLUG_MESSAGE = (
+    "Use 2 to 40 lower-case letters, digits and single hyphens, starting with a letter and not ending with a hyphen "
+    "(for example 'vision-lab')."
+)
+slug_validator = RegexValidator(SLUG_PATTERN, SLUG_MESSAGE, code="invalid_slug")
 
 
 class Tenant(models.Model):
     """An organisation sharing the clusters: a research group or a company."""
 
-    slug = models.SlugField(max_length=40, unique=True)
+    slug = models.CharField(max_length=40, unique=True, validators=[slug_validator])
     name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    # Fixed at creation so that renaming nothing in the portal can orphan Slurm's accounts.
+    slurm_parent_account = models.CharField(max_length=32, unique=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -21,12 +36,14 @@ class Tenant(models.Model):
 
 
 class Project(models.Model):
-    """A tenant's unit of work and of accounting; maps to one Slurm account per cluster."""
+    """A tenant's unit of work and of accounting; maps to one Slurm account on each cluster it may use."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="projects")
-    slug = models.SlugField(max_length=40)
+    slug = models.CharField(max_length=40, validators=[slug_validator])
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
+    # Derived once from tenant and project slug (see tenants.slurm_names) and never changed afterwards.
+    slurm_account = models.CharField(max_length=32, unique=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -48,6 +65,10 @@ class ProjectRole(models.TextChoices):
     VIEWER = "viewer", "Viewer"
 
 
+# Project roles that may run jobs, and so get a Slurm association on the project's account.
+SUBMITTING_PROJECT_ROLES = frozenset({ProjectRole.MANAGER, ProjectRole.MEMBER})
+
+
 class TenantMembership(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_memberships")
@@ -55,6 +76,7 @@ class TenantMembership(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        ordering = ["tenant__slug", "user__username"]
         constraints = [models.UniqueConstraint(fields=["tenant", "user"], name="tenant_membership_unique")]
 
     def __str__(self) -> str:
@@ -68,7 +90,62 @@ class ProjectMembership(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        ordering = ["project__tenant__slug", "project__slug", "user__username"]
         constraints = [models.UniqueConstraint(fields=["project", "user"], name="project_membership_unique")]
 
     def __str__(self) -> str:
         return f"{self.user} in {self.project} as {self.role}"
+
+
+class ApiToken(models.Model):
+    """A named bearer token for automation. Only a SHA-256 of the secret is stored; the secret is shown once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    # The first characters of the token, shown in lists so that a user can tell their tokens apart.
+    prefix = models.CharField(max_length=16)
+    secret_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "name"], condition=Q(revoked_at__isnull=True), name="api_token_name_unique_while_live"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.name} ({self.prefix}…)"
+
+    @property
+    def is_live(self) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > timezone.now())
+
+
+class AuditEvent(models.Model):
+    """One change to tenants, projects, memberships, roles or tokens: who, what, when, before and after."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Kept as text too, so the record still says who acted after the user is deleted.
+    actor_username = models.CharField(max_length=150, blank=True)
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_events")
+    action = models.CharField(max_length=64, db_index=True)
+    target_type = models.CharField(max_length=64)
+    target_id = models.CharField(max_length=64)
+    target_label = models.CharField(max_length=300)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="audit_tenant_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_username or 'system'} {self.action} {self.target_label}"

@@ -1,0 +1,112 @@
+"""One JSON shape for every API error: `{"code": ..., "message": ..., "fields": {...}}`.
+
+`message` is one sentence a person can act on; `fields` maps each input field to its problems (empty when
+the error is not about a field; `non_field_errors` holds problems of the input as a whole). DRF's own
+errors, Django's `ValidationError`/`Http404`/`PermissionDenied` raised by services and selectors, and
+unknown routes or crashes under `/api/` all come out in this shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+logger = logging.getLogger(__name__)
+
+
+def error_body(*, code: str, message: str, fields: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    return {"code": code, "message": message, "fields": fields or {}}
+
+
+def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """DRF nests errors for nested serializers and lists; flatten them to `field.sub` -> messages."""
+    if isinstance(detail, dict):
+        flat: dict[str, list[str]] = {}
+        for key, value in detail.items():
+            flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    if isinstance(detail, list):
+        if all(not isinstance(item, dict | list) for item in detail):
+            return {prefix or "non_field_errors": [str(item) for item in detail]}
+        flat = {}
+        for index, item in enumerate(detail):
+            flat.update(_flatten(item, f"{prefix}.{index}" if prefix else str(index)))
+        return flat
+    return {prefix or "non_field_errors": [str(detail)]}
+
+
+def _validation_message(fields: dict[str, list[str]]) -> str:
+    first_field, problems = next(iter(fields.items()))
+    first = problems[0] if problems else "is invalid"
+    summary = first if first_field == "non_field_errors" else f"{first_field}: {first}"
+    others = len(fields) - 1
+    if others:
+        summary += f" (and {others} more field{'s' if others > 1 else ''}; see 'fields')"
+    return summary
+
+
+def _as_drf(exc: Exception) -> Exception:
+    if isinstance(exc, DjangoValidationError):
+        detail: Any = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        return exceptions.ValidationError(detail)
+    if isinstance(exc, Http404):
+        return exceptions.NotFound(str(exc) or "Nothing is here; check the address.")
+    if isinstance(exc, DjangoPermissionDenied):
+        return exceptions.PermissionDenied(str(exc) or "You may not do this.")
+    return exc
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    exc = _as_drf(exc)
+    response = exception_handler(exc, context)
+    if response is None:
+        return None  # an unexpected error: Django's 500 handler answers (in JSON under /api/)
+    if isinstance(exc, exceptions.ValidationError):
+        fields = _flatten(exc.detail)
+        response.data = error_body(code="invalid", message=_validation_message(fields), fields=fields)
+        return response
+    assert isinstance(exc, exceptions.APIException)
+    detail = exc.detail
+    message = str(detail) if not isinstance(detail, dict | list) else _validation_message(_flatten(detail))
+    code = exc.get_codes() if isinstance(exc.get_codes(), str) else exc.default_code
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        message = message.rstrip(".") + (
+            ". Log in, or send 'Authorization: Bearer <token>' with a token from POST /api/v1/tokens/."
+        )
+    response.data = error_body(code=str(code), message=message)
+    return response
+
+
+# Django-level handlers: errors raised outside DRF views (unknown routes, crashes).
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _wants_json(request):
+        body = error_body(code="not_found", message=f"There is no API route {request.path}; see /api/docs/.")
+        return JsonResponse(body, status=status.HTTP_404_NOT_FOUND)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception or Http404())
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    if _wants_json(request):
+        body = error_body(
+            code="server_error",
+            message="The portal failed to handle this request; it has been logged. Try again, or tell the admins.",
+        )
+        return JsonResponse(body, status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+    from django.views.defaults import server_error
+
+    return server_error(request)

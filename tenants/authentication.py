@@ -1,0 +1,33 @@
+"""`Authorization: Bearer <token>` for the REST API, with tokens from `POST /api/v1/tokens/`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from tenants.services import token_authenticate
+
+
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[Any, Any] | None:
+        header = authentication.get_authorization_header(request).decode("latin-1")
+        if not header:
+            return None
+        keyword, _, secret = header.partition(" ")
+        if keyword.lower() != self.keyword.lower():
+            return None
+        secret = secret.strip()
+        if not secret or " " in secret:
+            raise exceptions.AuthenticationFailed("Malformed Authorization header; send 'Bearer <token>'")
+        token = token_authenticate(secret=secret)
+        if token is None:
+            raise exceptions.AuthenticationFailed("This token is unknown, expired or revoked; create a new one")
+        return token.user, token
+
+    def authenticate_header(self, request: Request) -> str:
+        # Makes DRF answer 401 (not 403) to requests without credentials.
+        return f'{self.keyword} realm="api"'

@@ -1,0 +1,210 @@
+"""Reads of tenant data, and the access helpers every view, API endpoint and consumer goes through.
+
+The rule, in one place: a user with no role in a tenant gets 404 for anything in it, worded the same
+whether the object exists or not; a user with a role that is not enough gets 403 naming the role needed.
+Portal admins (Django staff) may do everything.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.http import Http404
+
+from tenants.models import (
+    ApiToken,
+    AuditEvent,
+    Project,
+    ProjectMembership,
+    ProjectRole,
+    Tenant,
+    TenantMembership,
+    TenantRole,
+)
+
+AnyUser = AbstractBaseUser | AnonymousUser
+
+
+class TenantAction(enum.Enum):
+    VIEW = "view"  # any tenant member
+    MANAGE = "manage"  # tenant admin: projects, members, quota requests, costs, audit log
+
+
+class ProjectAction(enum.Enum):
+    VIEW = "view"  # viewer, member, manager; tenant admin
+    SUBMIT = "submit"  # member, manager: the roles that hold a Slurm association
+    MANAGE = "manage"  # manager; tenant admin: members, settings, cancelling anyone's job
+
+
+PROJECT_ROLES_ALLOWED = {
+    ProjectAction.VIEW: frozenset(ProjectRole),
+    ProjectAction.SUBMIT: frozenset({ProjectRole.MEMBER, ProjectRole.MANAGER}),
+    ProjectAction.MANAGE: frozenset({ProjectRole.MANAGER}),
+}
+# A tenant admin may view and manage every project of the tenant, but submits only where they hold a
+# project role, because only project roles get a Slurm association.
+TENANT_ADMIN_PROJECT_ACTIONS = frozenset({ProjectAction.VIEW, ProjectAction.MANAGE})
+
+
+def is_portal_admin(user: AnyUser) -> bool:
+    return bool(user.is_authenticated and user.is_active and getattr(user, "is_staff", False))
+
+
+def _not_found(kind: str, label: str) -> Http404:
+    return Http404(f"No {kind} '{label}' exists among the ones you can see; check the name or ask for access.")
+
+
+# Roles -------------------------------------------------------------------------------------------------
+
+
+def tenant_role_of(*, user: AnyUser, tenant: Tenant) -> TenantRole | None:
+    if not user.is_authenticated:
+        return None
+    role = TenantMembership.objects.filter(tenant=tenant, user=user).values_list("role", flat=True).first()
+    return TenantRole(role) if role else None
+
+
+def project_role_of(*, user: AnyUser, project: Project) -> ProjectRole | None:
+    if not user.is_authenticated:
+        return None
+    role = ProjectMembership.objects.filter(project=project, user=user).values_list("role", flat=True).first()
+    return ProjectRole(role) if role else None
+
+
+# Tenants -----------------------------------------------------------------------------------------------
+
+
+def tenant_list_for_user(*, user: AnyUser) -> QuerySet[Tenant]:
+    if is_portal_admin(user):
+        return Tenant.objects.all()
+    if not user.is_authenticated:
+        return Tenant.objects.none()
+    return Tenant.objects.filter(memberships__user=user)
+
+
+def tenant_get_for_user(*, user: AnyUser, slug: str, action: TenantAction = TenantAction.VIEW) -> Tenant:
+    """The tenant `slug` if `user` may do `action` on it: 404 for outsiders, 403 for a role too low."""
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None:
+        raise _not_found("tenant", slug)
+    if is_portal_admin(user):
+        return tenant
+    role = tenant_role_of(user=user, tenant=tenant)
+    if role is None:
+        raise _not_found("tenant", slug)
+    if action is TenantAction.MANAGE and role != TenantRole.ADMIN:
+        raise PermissionDenied(
+            f"This needs the tenant role 'admin' in tenant '{tenant.slug}'; you are '{role.value}'. "
+            "Ask one of the tenant's admins."
+        )
+    return tenant
+
+
+# Projects ----------------------------------------------------------------------------------------------
+
+
+def project_list_for_user(*, user: AnyUser, tenant: Tenant | None = None) -> QuerySet[Project]:
+    """Projects the user may view: all for portal admins, all of a tenant for its admins, else their own."""
+    projects = Project.objects.select_related("tenant")
+    if tenant is not None:
+        projects = projects.filter(tenant=tenant)
+    if is_portal_admin(user):
+        return projects
+    if not user.is_authenticated:
+        return projects.none()
+    administered = TenantMembership.objects.filter(tenant=OuterRef("tenant"), user=user, role=TenantRole.ADMIN)
+    return projects.filter(Q(memberships__user=user) | Q(Exists(administered))).distinct()
+
+
+def project_get_for_user(
+    *, user: AnyUser, tenant_slug: str, project_slug: str, action: ProjectAction = ProjectAction.VIEW
+) -> Project:
+    """The project if `user` may do `action` on it: 404 for users outside its tenant, 403 for a role too low."""
+    label = f"{tenant_slug}/{project_slug}"
+    project = Project.objects.select_related("tenant").filter(tenant__slug=tenant_slug, slug=project_slug).first()
+    if project is None:
+        raise _not_found("project", label)
+    if is_portal_admin(user):
+        return project
+    tenant_role = tenant_role_of(user=user, tenant=project.tenant)
+    if tenant_role is None:
+        raise _not_found("project", label)
+    if tenant_role == TenantRole.ADMIN and action in TENANT_ADMIN_PROJECT_ACTIONS:
+        return project
+    project_role = project_role_of(user=user, project=project)
+    if project_role is not None and project_role in PROJECT_ROLES_ALLOWED[action]:
+        return project
+    needed = " or ".join(f"'{role.value}'" for role in ProjectRole if role in PROJECT_ROLES_ALLOWED[action])
+    if action in TENANT_ADMIN_PROJECT_ACTIONS:
+        needed += f", or the tenant role 'admin' in '{project.tenant.slug}'"
+    held = f"you are '{project_role.value}'" if project_role else "you have no role in it"
+    raise PermissionDenied(f"This needs the project role {needed} in project '{label}'; {held}.")
+
+
+def project_get_by_id_for_user(*, user: AnyUser, project_id: int, action: ProjectAction = ProjectAction.VIEW) -> Project:
+    """The same rule as `project_get_for_user`, for callers holding a project's id (WebSocket routes, jobs)."""
+    slugs = Project.objects.filter(pk=project_id).values_list("tenant__slug", "slug").first()
+    if slugs is None:
+        raise _not_found("project", str(project_id))
+    return project_get_for_user(user=user, tenant_slug=slugs[0], project_slug=slugs[1], action=action)
+
+
+# Memberships -------------------------------------------------------------------------------------------
+
+
+def tenant_membership_list(*, tenant: Tenant) -> QuerySet[TenantMembership]:
+    return TenantMembership.objects.filter(tenant=tenant).select_related("user", "tenant")
+
+
+def tenant_membership_get(*, tenant: Tenant, username: str) -> TenantMembership:
+    membership = tenant_membership_list(tenant=tenant).filter(user__username=username).first()
+    if membership is None:
+        raise Http404(f"'{username}' is not a member of tenant '{tenant.slug}'.")
+    return membership
+
+
+def project_membership_list(*, project: Project) -> QuerySet[ProjectMembership]:
+    return ProjectMembership.objects.filter(project=project).select_related("user", "project__tenant")
+
+
+def project_membership_get(*, project: Project, username: str) -> ProjectMembership:
+    membership = project_membership_list(project=project).filter(user__username=username).first()
+    if membership is None:
+        raise Http404(f"'{username}' is not a member of project '{project}'.")
+    return membership
+
+
+# Tokens ------------------------------------------------------------------------------------------------
+
+
+def token_list_for_user(*, user: AnyUser) -> QuerySet[ApiToken]:
+    if not user.is_authenticated:
+        return ApiToken.objects.none()
+    return ApiToken.objects.filter(user=user)
+
+
+def token_get_for_user(*, user: AnyUser, token_id: int) -> ApiToken:
+    """Tokens are private to their owner, portal admins included: they revoke tokens in the Django admin."""
+    token = token_list_for_user(user=user).filter(pk=token_id).first()
+    if token is None:
+        raise _not_found("token", str(token_id))
+    return token
+
+
+# Audit log ---------------------------------------------------------------------------------------------
+
+
+def audit_event_list_for_user(*, user: AnyUser, tenant: Tenant | None = None) -> QuerySet[AuditEvent]:
+    """Portal admins read every event; tenant admins read their tenants' events; nobody else reads any."""
+    events = AuditEvent.objects.select_related("tenant")
+    if tenant is not None:
+        events = events.filter(tenant=tenant)
+    if is_portal_admin(user):
+        return events
+    if not user.is_authenticated:
+        return events.none()
+    administered = TenantMembership.objects.filter(user=user, role=TenantRole.ADMIN).values("tenant")
+    return events.filter(tenant__in=administered)
