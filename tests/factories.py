@@ -1,0 +1,46 @@
+"""Small factories for tenant data, built through the public services so that tests see what users see."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+
+from tenants import services
+from tenants.models import Project, ProjectMembership, Tenant, TenantMembership
+
+PASSWORD = "correct-horse-battery"
+
+
+def unique_slug(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:8]}"
+
+
+def make_user(username: str | None = None, *, is_staff: bool = False) -> AbstractBaseUser:
+    user = get_user_model().objects.create_user(
+        username=username or unique_slug("user"), password=PASSWORD, is_staff=is_staff, is_superuser=is_staff
+    )
+    return user
+
+
+def make_tenant(slug: str | None = None, *, admin: AbstractBaseUser | None = None) -> Tenant:
+    tenant = services.tenant_create(actor=None, slug=slug or unique_slug("tn"), name="Test tenant")
+    if admin is not None:
+        services.tenant_member_add(actor=None, tenant=tenant, user=admin, role="admin")
+    return tenant
+
+
+def make_project(tenant: Tenant, slug: str | None = None) -> Project:
+    return services.project_create(actor=None, tenant=tenant, slug=slug or unique_slug("pr"), name="Test project")
+
+
+def add_tenant_member(tenant: Tenant, user: AbstractBaseUser, role: str = "member") -> TenantMembership:
+    return services.tenant_member_add(actor=None, tenant=tenant, user=user, role=role)
+
+
+def add_project_member(project: Project, user: AbstractBaseUser, role: str = "member") -> ProjectMembership:
+    """Adds the user to the project's tenant first when needed."""
+    if not TenantMembership.objects.filter(tenant=project.tenant, user=user).exists():
+        add_tenant_member(project.tenant, user)
+    return services.project_member_add(actor=None, project=project, user=user, role=role)
