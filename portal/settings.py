@@ -36,6 +36,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -109,6 +110,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
+# Serve static files straight from the apps (no collectstatic step); turn off after `collectstatic` in production.
+WHITENOISE_USE_FINDERS = env_bool("PORTAL_STATIC_USE_FINDERS", True)
 
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"

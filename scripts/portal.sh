@@ -9,7 +9,7 @@ LOG_DIR="$ROOT/var/log"
 VENV="$ROOT/.venv/bin"
 HOST="${PORTAL_HOST:-127.0.0.1}"
 PORT="${PORTAL_PORT:-8000}"
-mkdir -p "$RUN_DIR" "$LOG_DIR"
+mkdir -p "$RUN_DIR" "$LOG_DIR" var/static
 
 # name -> command line; each runs in the background with its pid in var/run/<name>.pid.
 declare -A COMMANDS=(

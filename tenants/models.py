@@ -148,4 +148,6 @@ class AuditEvent(models.Model):
         indexes = [models.Index(fields=["tenant", "-created_at"], name="audit_tenant_recent")]
 
     def __str__(self) -> str:
-        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_username or 'system'} {self.action} {self.target_label}"
+        return (
+            f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_username or 'system'} {self.action} {self.target_label}"
+        )

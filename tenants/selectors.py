@@ -79,10 +79,10 @@ def project_role_of(*, user: AnyUser, project: Project) -> ProjectRole | None:
 
 def tenant_list_for_user(*, user: AnyUser) -> QuerySet[Tenant]:
     if is_portal_admin(user):
-        return Tenant.objects.all()
+        return Tenant.objects.order_by("slug")
     if not user.is_authenticated:
         return Tenant.objects.none()
-    return Tenant.objects.filter(memberships__user=user)
+    return Tenant.objects.filter(memberships__user=user).order_by("slug")
 
 
 def tenant_get_for_user(*, user: AnyUser, slug: str, action: TenantAction = TenantAction.VIEW) -> Tenant:
@@ -108,7 +108,7 @@ def tenant_get_for_user(*, user: AnyUser, slug: str, action: TenantAction = Tena
 
 def project_list_for_user(*, user: AnyUser, tenant: Tenant | None = None) -> QuerySet[Project]:
     """Projects the user may view: all for portal admins, all of a tenant for its admins, else their own."""
-    projects = Project.objects.select_related("tenant")
+    projects = Project.objects.select_related("tenant").order_by("tenant__slug", "slug")
     if tenant is not None:
         projects = projects.filter(tenant=tenant)
     if is_portal_admin(user):
@@ -144,7 +144,9 @@ def project_get_for_user(
     raise PermissionDenied(f"This needs the project role {needed} in project '{label}'; {held}.")
 
 
-def project_get_by_id_for_user(*, user: AnyUser, project_id: int, action: ProjectAction = ProjectAction.VIEW) -> Project:
+def project_get_by_id_for_user(
+    *, user: AnyUser, project_id: int, action: ProjectAction = ProjectAction.VIEW
+) -> Project:
     """The same rule as `project_get_for_user`, for callers holding a project's id (WebSocket routes, jobs)."""
     slugs = Project.objects.filter(pk=project_id).values_list("tenant__slug", "slug").first()
     if slugs is None:

@@ -154,7 +154,9 @@ def tenant_create(*, actor: Actor, slug: str, name: str, description: str = "") 
         description=description,
         slurm_parent_account=tenant_parent_account_name(slug),
     )
-    audit_record(actor=actor, action="tenant.created", target=tenant, tenant=tenant, before=None, after=_tenant_state(tenant))
+    audit_record(
+        actor=actor, action="tenant.created", target=tenant, tenant=tenant, before=None, after=_tenant_state(tenant)
+    )
     return tenant
 
 
@@ -198,7 +200,11 @@ def tenant_member_add(*, actor: Actor, tenant: Tenant, user: AbstractBaseUser, r
     _lock_tenant_memberships(tenant)
     if TenantMembership.objects.filter(tenant=tenant, user=user).exists():
         raise ValidationError(
-            {"username": [f"'{user.get_username()}' is already a member of '{tenant.slug}'; change their role instead."]}
+            {
+                "username": [
+                    f"'{user.get_username()}' is already a member of '{tenant.slug}'; change their role instead."
+                ]
+            }
         )
     membership = TenantMembership.objects.create(tenant=tenant, user=user, role=role)
     audit_record(
@@ -265,7 +271,9 @@ def project_create(*, actor: Actor, tenant: Tenant, slug: str, name: str, descri
     """Create a project; its Slurm account is created on every active cluster by a task after commit."""
     _check_slug("slug", slug)
     if Project.objects.filter(tenant=tenant, slug=slug).exists():
-        raise ValidationError({"slug": [f"Tenant '{tenant.slug}' already has a project '{slug}'; choose another slug."]})
+        raise ValidationError(
+            {"slug": [f"Tenant '{tenant.slug}' already has a project '{slug}'; choose another slug."]}
+        )
     account = project_account_name(tenant.slug, slug)
     if Project.objects.filter(slurm_account=account).exists():
         raise ValidationError(
@@ -389,9 +397,7 @@ def token_hash(secret: str) -> str:
 
 
 @transaction.atomic
-def token_create(
-    *, user: AbstractBaseUser, name: str, expires_at: datetime | None = None
-) -> tuple[ApiToken, str]:
+def token_create(*, user: AbstractBaseUser, name: str, expires_at: datetime | None = None) -> tuple[ApiToken, str]:
     """Create a named token for `user`; returns it with its secret, which is never stored or shown again."""
     name = name.strip()
     if not name:
@@ -404,7 +410,11 @@ def token_create(
         raise ValidationError({"name": [f"You already have a token named '{name}'; revoke it or choose another name."]})
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
-        user=user, name=name, prefix=secret[: len(TOKEN_PREFIX) + 8], secret_hash=token_hash(secret), expires_at=expires_at
+        user=user,
+        name=name,
+        prefix=secret[: len(TOKEN_PREFIX) + 8],
+        secret_hash=token_hash(secret),
+        expires_at=expires_at,
     )
     audit_record(actor=user, action="token.created", target=token, tenant=None, before=None, after=_token_state(token))
     return token, secret
@@ -418,7 +428,9 @@ def token_revoke(*, actor: Actor, token: ApiToken) -> ApiToken:
     before = _token_state(token)
     token.revoked_at = timezone.now()
     token.save(update_fields=["revoked_at"])
-    audit_record(actor=actor, action="token.revoked", target=token, tenant=None, before=before, after=_token_state(token))
+    audit_record(
+        actor=actor, action="token.revoked", target=token, tenant=None, before=before, after=_token_state(token)
+    )
     return token
 
 
