@@ -1,4 +1,4 @@
-"""The ASGI application: Django for HTTP, Channels for WebSockets (authenticated by session, same-origin only)."""
+"""The ASGI application: Django for HTTP, Channels for WebSockets (session or bearer token, same-origin only)."""
 
 import os
 
@@ -12,10 +12,13 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from portal.routing import websocket_urlpatterns  # noqa: E402
+from portal.ws_auth import BearerTokenWebsocketMiddleware  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(BearerTokenWebsocketMiddleware(URLRouter(websocket_urlpatterns)))
+        ),
     }
 )

@@ -11,3 +11,6 @@ CHANNEL_LAYERS = {
     "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [f"{_REDIS_BASE}/14"]}}
 }
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": f"{_REDIS_BASE}/15"}}
+
+# Tests create many users; a fast hasher keeps fixtures cheap (never used outside tests).
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

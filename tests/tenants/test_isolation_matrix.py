@@ -1,0 +1,349 @@
+"""The isolation matrix: every route the project defines, against every role, with the status each must get.
+
+The route list is not written by hand: it is walked from the URL resolver and the WebSocket router, and
+`test_every_route_has_an_entry` fails when a route appears without an entry here. Denied writes must
+leave the database exactly as it was; an outsider's 404 must be indistinguishable from the 404 for an
+object that does not exist, and no answer to an outsider may contain the other tenant's names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
+from django.contrib import admin
+from django.db import transaction
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from portal.routing import websocket_urlpatterns
+from tenants.models import ApiToken, AuditEvent, Project, ProjectMembership, Tenant, TenantMembership
+from tenants.services import token_create
+from tests.factories import add_project_member, add_tenant_member, make_project, make_tenant, make_user
+
+ROLES = ("anonymous", "outsider", "tenant_member", "viewer", "member", "manager", "tenant_admin", "staff")
+INSIDERS = ("tenant_member", "viewer", "member", "manager", "tenant_admin", "staff")
+TENANT_SLUG, PROJECT_SLUG = "matrixco", "matrixproj"
+
+
+@dataclass
+class World:
+    users: dict[str, Any]
+    tenant: Tenant
+    project: Project
+    member_token_id: int
+    newcomer: Any
+
+
+@pytest.fixture
+def world(db: None) -> World:
+    users: dict[str, Any] = {"anonymous": None, "staff": make_user("m-staff", is_staff=True)}
+    users["tenant_admin"] = make_user("m-tenant-admin")
+    tenant = make_tenant(TENANT_SLUG, admin=users["tenant_admin"])
+    project = make_project(tenant, PROJECT_SLUG)
+    make_project(tenant, "sideproj")
+    users["tenant_member"] = make_user("m-tenant-member")
+    add_tenant_member(tenant, users["tenant_member"])
+    for role in ("viewer", "member", "manager"):
+        users[role] = make_user(f"m-{role}")
+        add_project_member(project, users[role], role)
+    users["outsider"] = make_user("m-outsider")
+    other = make_tenant("othercorp", admin=users["outsider"])
+    add_project_member(make_project(other, "otherproj"), users["outsider"], "manager")
+    token, _ = token_create(user=users["member"], name="member-token")
+    return World(users=users, tenant=tenant, project=project, member_token_id=token.pk, newcomer=make_user("m-new"))
+
+
+# The matrix ---------------------------------------------------------------------------------------------
+
+Expected = dict[str, int]
+
+
+def only(allowed: int, roles: tuple[str, ...], denied: int = 403, outsider: int = 404) -> Expected:
+    """`allowed` for `roles`, 401 for anonymous, 404 for the outsider, `denied` for every other insider."""
+    statuses = {role: denied for role in INSIDERS}
+    statuses.update({role: allowed for role in roles})
+    return {"anonymous": 401, "outsider": outsider, **statuses}
+
+
+def everyone(status: int, anonymous: int = 401) -> Expected:
+    return {role: status for role in ROLES} | {"anonymous": anonymous}
+
+
+TENANT_ADMINS = ("tenant_admin", "staff")
+PROJECT_VIEWERS = ("viewer", "member", "manager", "tenant_admin", "staff")
+PROJECT_MANAGERS = ("manager", "tenant_admin", "staff")
+
+
+@dataclass(frozen=True)
+class Case:
+    expected: Expected
+    body: Callable[[World], dict[str, Any]] | None = None
+    # Roles that must get an empty list (a list that shows nothing of the tenant).
+    leak_free_for: tuple[str, ...] = ("outsider",)
+
+
+# route pattern -> method -> case. Every non-admin route must be here.
+MATRIX: dict[str, dict[str, Case]] = {
+    "": {"GET": Case(everyone(200, anonymous=302))},
+    "login/": {"GET": Case(everyone(200, anonymous=200))},
+    "logout/": {"GET": Case(everyone(405, anonymous=405)), "POST": Case(everyone(302, anonymous=302))},
+    "healthz": {"GET": Case({})},  # infrastructure state, the same answer for every role (checked below)
+    "api/schema/": {"GET": Case(everyone(200, anonymous=200))},
+    "api/docs/": {"GET": Case(everyone(200, anonymous=200))},
+    "api/v1/me/": {"GET": Case(everyone(200))},
+    "api/v1/tenants/": {
+        "GET": Case(everyone(200)),
+        "POST": Case(
+            {"anonymous": 401, **{role: 403 for role in ROLES if role != "anonymous"}, "staff": 201},
+            body=lambda w: {"slug": "brandnew", "name": "Brand new"},
+        ),
+    },
+    "api/v1/tenants/<str:tenant>/": {
+        "GET": Case(only(200, INSIDERS)),
+        "PATCH": Case(only(200, TENANT_ADMINS), body=lambda w: {"name": "Renamed"}),
+    },
+    "api/v1/tenants/<str:tenant>/members/": {
+        "GET": Case(only(200, INSIDERS)),
+        "POST": Case(only(201, TENANT_ADMINS), body=lambda w: {"username": w.newcomer.username, "role": "member"}),
+    },
+    "api/v1/tenants/<str:tenant>/members/<str:username>/": {
+        "GET": Case(only(200, INSIDERS)),
+        "PATCH": Case(only(200, TENANT_ADMINS), body=lambda w: {"role": "admin"}),
+        "DELETE": Case(only(204, TENANT_ADMINS)),
+    },
+    "api/v1/tenants/<str:tenant>/projects/": {
+        "GET": Case(only(200, INSIDERS)),
+        "POST": Case(only(201, TENANT_ADMINS), body=lambda w: {"slug": "fresh", "name": "Fresh"}),
+    },
+    "api/v1/tenants/<str:tenant>/projects/<str:project>/": {
+        "GET": Case(only(200, PROJECT_VIEWERS)),
+        "PATCH": Case(only(200, PROJECT_MANAGERS), body=lambda w: {"description": "changed"}),
+    },
+    "api/v1/tenants/<str:tenant>/projects/<str:project>/members/": {
+        "GET": Case(only(200, PROJECT_VIEWERS)),
+        "POST": Case(
+            only(201, PROJECT_MANAGERS),
+            body=lambda w: {"username": w.users["tenant_member"].username, "role": "viewer"},
+        ),
+    },
+    "api/v1/tenants/<str:tenant>/projects/<str:project>/members/<str:username>/": {
+        "GET": Case(only(200, PROJECT_VIEWERS)),
+        "PATCH": Case(only(200, PROJECT_MANAGERS), body=lambda w: {"role": "viewer"}),
+        "DELETE": Case(only(204, PROJECT_MANAGERS)),
+    },
+    "api/v1/tenants/<str:tenant>/projects/<str:project>/slurm-accounts/": {
+        "GET": Case(only(200, PROJECT_VIEWERS)),
+    },
+    "api/v1/projects/": {"GET": Case(everyone(200))},
+    "api/v1/tokens/": {"GET": Case(everyone(200)), "POST": Case(everyone(201), body=lambda w: {"name": "matrix"})},
+    # Tokens are private to their owner, portal admins included.
+    "api/v1/tokens/<int:token_id>/": {
+        "GET": Case(everyone(404) | {"member": 200}),
+        "DELETE": Case(everyone(404) | {"member": 204}),
+    },
+    "api/v1/audit-events/": {"GET": Case(everyone(200), leak_free_for=("outsider", "tenant_member", "member"))},
+    "api/v1/slurm-drift-reports/": {"GET": Case(everyone(403) | {"staff": 200})},
+}
+
+WEBSOCKET_MATRIX: dict[str, Expected] = {
+    "ws/clusters/": {role: role != "anonymous" for role in ROLES},  # type: ignore[dict-item]
+}
+
+
+# Walking the routers ------------------------------------------------------------------------------------
+
+
+def _walk(patterns: list[URLPattern | URLResolver], prefix: str = "") -> Iterator[tuple[str, URLPattern]]:
+    for entry in patterns:
+        route = prefix + str(entry.pattern)
+        if isinstance(entry, URLResolver):
+            yield from _walk(entry.url_patterns, route)
+        else:
+            yield route, entry
+
+
+def project_routes() -> set[str]:
+    return {route for route, _ in _walk(get_resolver().url_patterns) if not route.startswith("admin/")}
+
+
+def admin_routes() -> list[tuple[str, URLPattern]]:
+    return [(route, pattern) for route, pattern in _walk(get_resolver().url_patterns) if route.startswith("admin/")]
+
+
+def test_every_route_has_an_entry() -> None:
+    routes = project_routes()
+    assert routes - MATRIX.keys() == set(), "new routes need an entry in the isolation matrix"
+    assert MATRIX.keys() - routes == set(), "the matrix lists routes that no longer exist"
+    websocket_routes = {str(entry.pattern) for entry in websocket_urlpatterns}
+    assert websocket_routes == WEBSOCKET_MATRIX.keys()
+
+
+# Running one case ---------------------------------------------------------------------------------------
+
+
+def _url(route: str, world: World, **overrides: str) -> str:
+    values = {
+        "tenant": world.tenant.slug,
+        "project": world.project.slug,
+        "username": world.users["member"].username,
+        "token_id": str(world.member_token_id),
+        **overrides,
+    }
+    return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda match: values[match.group(1)], route)
+
+
+def _client(world: World, role: str) -> Client:
+    client = Client()
+    if world.users[role] is not None:
+        client.force_login(world.users[role])
+    return client
+
+
+def _request(client: Client, method: str, url: str, body: dict[str, Any] | None) -> Any:
+    data = json.dumps(body) if body is not None else None
+    return client.generic(method, url, data=data or "", content_type="application/json")
+
+
+def database_fingerprint() -> str:
+    """Everything a write on these routes could change, as one digest."""
+    rows = [
+        list(Tenant.objects.order_by("pk").values_list("pk", "slug", "name", "description")),
+        list(Project.objects.order_by("pk").values_list("pk", "slug", "name", "description")),
+        list(TenantMembership.objects.order_by("pk").values_list("pk", "user_id", "role")),
+        list(ProjectMembership.objects.order_by("pk").values_list("pk", "user_id", "role")),
+        list(ApiToken.objects.order_by("pk").values_list("pk", "name", "revoked_at")),
+        AuditEvent.objects.count(),
+    ]
+    return hashlib.sha256(repr(rows).encode()).hexdigest()
+
+
+MATRIX_CASES = [
+    pytest.param(route, method, id=f"{method} /{route}") for route, methods in MATRIX.items() for method in methods
+]
+
+
+@pytest.mark.parametrize(("route", "method"), MATRIX_CASES)
+def test_route_answers_each_role_as_the_matrix_says(world: World, route: str, method: str) -> None:
+    case = MATRIX[route][method]
+    answers: dict[str, int] = {}
+    for role in ROLES:
+        with transaction.atomic():
+            before = database_fingerprint()
+            events_before = AuditEvent.objects.count()
+            url = _url(route, world)
+            body = case.body(world) if case.body else None
+            response = _request(_client(world, role), method, url, body)
+            answers[role] = response.status_code
+            if method != "GET" and response.status_code >= 400:
+                assert database_fingerprint() == before, f"{role}: a denied {method} {url} changed the database"
+            if method != "GET" and response.status_code < 300:
+                assert AuditEvent.objects.count() > events_before, f"{role}: {method} {url} left no audit event"
+            _check_no_leak(world, role, route, method, response, case)
+            transaction.set_rollback(True)
+    if not case.expected:
+        assert len(set(answers.values())) == 1, f"/{route} must answer every role alike: {answers}"
+        return
+    assert answers == case.expected
+
+
+def _check_no_leak(world: World, role: str, route: str, method: str, response: Any, case: Case) -> None:
+    body = response.content.decode(errors="replace")
+    if role in case.leak_free_for and response.status_code == 200 and "<str:tenant>" not in route:
+        assert TENANT_SLUG not in body, f"{role} sees the other tenant at /{route}"
+        assert PROJECT_SLUG not in body, f"{role} sees the other tenant's project at /{route}"
+    if role == "outsider" and response.status_code == 404 and "<str:tenant>" in route:
+        # The answer for the real tenant must be the answer for a tenant that does not exist.
+        ghost = _request(
+            _client(world, role),
+            method,
+            _url(route, world, tenant="ghosttenant", project="ghostproject"),
+            case.body(world) if case.body else None,
+        )
+        assert ghost.status_code == 404
+        normalised = body.replace(TENANT_SLUG, "ghosttenant").replace(PROJECT_SLUG, "ghostproject")
+        assert normalised == ghost.content.decode(), f"the outsider can tell that /{route} exists"
+
+
+# The Django admin: staff only -------------------------------------------------------------------------------
+
+
+def _admin_url(pattern: URLPattern, world: World) -> str | None:
+    name = pattern.name
+    if name is None:
+        return None
+    kwargs: dict[str, Any] = {}
+    groups = set(pattern.pattern.regex.groupindex)
+    if groups & {"object_id", "id"}:
+        model = next(
+            (m for m in admin.site._registry if name.startswith(f"{m._meta.app_label}_{m._meta.model_name}_")), None
+        )
+        instance = model.objects.order_by("pk").first() if model is not None else None
+        kwargs[(groups & {"object_id", "id"}).pop()] = str(instance.pk) if instance is not None else "999999"
+    if "app_label" in groups:
+        kwargs["app_label"] = "tenants"
+    if "content_type_id" in groups:
+        return None  # "view on site" redirects to the object's own page, covered by the matrix above
+    if "url" in groups:
+        kwargs["url"] = "no-such-page/"
+    return reverse(f"admin:{name}", kwargs=kwargs)
+
+
+def test_admin_pages_are_for_portal_admins_only(world: World) -> None:
+    checked = 0
+    for _route, pattern in admin_routes():
+        url = _admin_url(pattern, world)
+        if url is None or pattern.name in {"login", "logout"}:
+            continue
+        for role in ROLES:
+            response = _client(world, role).get(url)
+            if role == "staff":
+                assert response.status_code < 500, f"{url} fails for staff"
+            else:
+                assert response.status_code == 302, f"{role} reached {url} ({response.status_code})"
+                assert response.headers["Location"].startswith("/admin/login/")
+        checked += 1
+    assert checked > 30  # every registered model's changelist, add, change, delete and history pages
+
+
+# WebSockets ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_websocket_routes_accept_exactly_the_matrix_roles() -> None:
+    from portal.asgi import application
+
+    users = {role: make_user(f"ws-{role}", is_staff=role == "staff") for role in ROLES if role != "anonymous"}
+    tenant = make_tenant("wsmatrix", admin=users["tenant_admin"])
+    add_tenant_member(tenant, users["tenant_member"])
+    project = make_project(tenant, "wsproj")
+    for role in ("viewer", "member", "manager"):
+        add_project_member(project, users[role], role)
+    make_tenant("wsother", admin=users["outsider"])
+
+    def session_cookie(user: Any) -> bytes | None:
+        if user is None:
+            return None
+        client = Client()
+        client.force_login(user)
+        return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+    async def connects(path: str, cookie: bytes | None) -> bool:
+        headers = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")]
+        if cookie is not None:
+            headers.append((b"cookie", cookie))
+        communicator = WebsocketCommunicator(application, "/" + path, headers=headers)
+        connected, _ = await communicator.connect(timeout=5)
+        await communicator.disconnect()
+        return bool(connected)
+
+    for route, expected in WEBSOCKET_MATRIX.items():
+        answers = {role: async_to_sync(connects)(route, session_cookie(users.get(role))) for role in ROLES}
+        assert answers == expected, route
