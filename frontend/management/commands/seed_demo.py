@@ -1,4 +1,9 @@
-"""`manage.py seed_demo`: the demo tenants, projects, users and the local cluster. Safe to run again."""
+"""`manage.py seed_demo`: the demo tenants, projects, users and the local cluster. Safe to run again.
+
+Tenants, projects and memberships are made through tenants.services, as a portal admin would make them, so
+they get their Slurm account names and audit events and the Slurm sync is scheduled. A second run only changes
+what differs from the demo (a name, a role) and creates nothing twice.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,13 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from jobs.models import Cluster, ClusterAccount
+from tenants import services
 from tenants.models import Project, ProjectMembership, ProjectRole, Tenant, TenantMembership, TenantRole
 
 DEMO_TENANTS = {
@@ -22,19 +30,26 @@ DEMO_USERS = {
     "bob": ("acme", TenantRole.MEMBER, {"vision": ProjectRole.MEMBER}),
     "carol": ("globex", TenantRole.ADMIN, {"genomics": ProjectRole.MANAGER}),
 }
+# The demo's changes are recorded as the system's (an empty actor in the audit log), not as a person's.
+ACTOR = None
 
 
 class Command(BaseCommand):
     help = "Create the demo tenants, projects, users (password from DEMO_PASSWORD) and register the local cluster."
 
-    @transaction.atomic
     def handle(self, *args: Any, **options: Any) -> None:
-        password = settings.DEMO_PASSWORD
-        user_model = get_user_model()
+        try:
+            self._seed()
+        except ValidationError as error:
+            raise CommandError(f"The demo data could not be created: {' '.join(error.messages)}") from error
+        self.stdout.write(self.style.SUCCESS("Demo data ready: tenants acme, globex; users admin, alice, bob, carol."))
 
-        admin, _ = user_model.objects.get_or_create(username="admin", defaults={"email": "admin@example.org"})
+    # One transaction: a run that fails halfway leaves the database as it was, and the Slurm syncs the services
+    # scheduled run only once everything is committed.
+    @transaction.atomic
+    def _seed(self) -> None:
+        admin = self._user("admin")
         admin.is_staff = admin.is_superuser = True
-        admin.set_password(password)
         admin.save()
 
         cluster, _ = Cluster.objects.update_or_create(
@@ -48,24 +63,57 @@ class Command(BaseCommand):
             },
         )
 
+        tenants: dict[str, Tenant] = {}
         projects: dict[tuple[str, str], Project] = {}
         for tenant_slug, (tenant_name, tenant_projects) in DEMO_TENANTS.items():
-            tenant, _ = Tenant.objects.update_or_create(slug=tenant_slug, defaults={"name": tenant_name})
+            tenant = tenants[tenant_slug] = self._tenant(tenant_slug, tenant_name)
             for project_slug, project_name in tenant_projects.items():
-                projects[tenant_slug, project_slug], _ = Project.objects.update_or_create(
-                    tenant=tenant, slug=project_slug, defaults={"name": project_name}
-                )
+                projects[tenant_slug, project_slug] = self._project(tenant, project_slug, project_name)
 
         for username, (tenant_slug, tenant_role, project_roles) in DEMO_USERS.items():
-            user, _ = user_model.objects.get_or_create(username=username, defaults={"email": f"{username}@example.org"})
-            user.set_password(password)
-            user.save()
-            tenant = Tenant.objects.get(slug=tenant_slug)
-            TenantMembership.objects.update_or_create(tenant=tenant, user=user, defaults={"role": tenant_role})
+            user = self._user(username)
+            self._tenant_member(tenants[tenant_slug], user, tenant_role)
             for project_slug, project_role in project_roles.items():
-                ProjectMembership.objects.update_or_create(
-                    project=projects[tenant_slug, project_slug], user=user, defaults={"role": project_role}
-                )
+                self._project_member(projects[tenant_slug, project_slug], user, project_role)
             ClusterAccount.objects.update_or_create(cluster=cluster, user=user, defaults={"username": username})
 
-        self.stdout.write(self.style.SUCCESS("Demo data ready: tenants acme, globex; users admin, alice, bob, carol."))
+    def _user(self, username: str) -> User:
+        user, _ = get_user_model().objects.get_or_create(
+            username=username, defaults={"email": f"{username}@example.org"}
+        )
+        # Reset every run, so that changing DEMO_PASSWORD and seeding again takes effect.
+        user.set_password(settings.DEMO_PASSWORD)
+        user.save()
+        return user
+
+    def _tenant(self, slug: str, name: str) -> Tenant:
+        tenant = Tenant.objects.filter(slug=slug).first()
+        if tenant is None:
+            self.stdout.write(f"Creating tenant {slug}")
+            return services.tenant_create(actor=ACTOR, slug=slug, name=name)
+        return services.tenant_update(actor=ACTOR, tenant=tenant, name=name)  # a no-op when nothing differs
+
+    def _project(self, tenant: Tenant, slug: str, name: str) -> Project:
+        project = Project.objects.filter(tenant=tenant, slug=slug).first()
+        if project is None:
+            self.stdout.write(f"Creating project {tenant.slug}/{slug}")
+            return services.project_create(actor=ACTOR, tenant=tenant, slug=slug, name=name)
+        return services.project_update(actor=ACTOR, project=project, name=name)
+
+    def _tenant_member(self, tenant: Tenant, user: User, role: TenantRole) -> None:
+        membership = TenantMembership.objects.filter(tenant=tenant, user=user).first()
+        if membership is None:
+            self.stdout.write(f"Adding {user.get_username()} to tenant {tenant.slug} as {role}")
+            services.tenant_member_add(actor=ACTOR, tenant=tenant, user=user, role=role)
+        elif membership.role != role:
+            self.stdout.write(f"Changing {user.get_username()}'s role in tenant {tenant.slug} to {role}")
+            services.tenant_member_change_role(actor=ACTOR, membership=membership, role=role)
+
+    def _project_member(self, project: Project, user: User, role: ProjectRole) -> None:
+        membership = ProjectMembership.objects.filter(project=project, user=user).first()
+        if membership is None:
+            self.stdout.write(f"Adding {user.get_username()} to project {project} as {role}")
+            services.project_member_add(actor=ACTOR, project=project, user=user, role=role)
+        elif membership.role != role:
+            self.stdout.write(f"Changing {user.get_username()}'s role in project {project} to {role}")
+            services.project_member_change_role(actor=ACTOR, membership=membership, role=role)
