@@ -121,12 +121,13 @@ class TenantCreateInput(serializers.Serializer[Any]):
         validators=[RegexValidator(SLUG_PATTERN, SLUG_MESSAGE)],
         help_text="Lower-case letters, digits and hyphens; fixed for ever.",
     )
-    name = serializers.CharField(max_length=200)
+    # Blank names reach the service, whose message says what a good name is.
+    name = serializers.CharField(max_length=200, allow_blank=True)
     description = serializers.CharField(required=False, allow_blank=True, default="")
 
 
 class TenantUpdateInput(serializers.Serializer[Any]):
-    name = serializers.CharField(max_length=200, required=False)
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     description = serializers.CharField(required=False, allow_blank=True)
 
 

@@ -82,7 +82,8 @@ def tenant_list_for_user(*, user: AnyUser) -> QuerySet[Tenant]:
         return Tenant.objects.order_by("slug")
     if not user.is_authenticated:
         return Tenant.objects.none()
-    return Tenant.objects.filter(memberships__user=user).order_by("slug")
+    # A subquery rather than a join, so that counts annotated on the result see every membership.
+    return Tenant.objects.filter(pk__in=TenantMembership.objects.filter(user=user).values("tenant")).order_by("slug")
 
 
 def tenant_get_for_user(*, user: AnyUser, slug: str, action: TenantAction = TenantAction.VIEW) -> Tenant:
