@@ -308,7 +308,9 @@ class TenantAdmin(ServiceModelAdmin):
         change: bool,
     ) -> None:
         if formset.model is not TenantMembership:
-            return  # the project inline is read-only
+            # The project inline is read-only: nothing to save, and nothing for the admin's history to report.
+            formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
+            return
         tenant = form.instance
         _save_membership_formset(
             formset,
@@ -431,7 +433,7 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 services.token_revoke(actor=request.user, token=token)
         message = f"Revoked {len(live)} token(s)."
         if selected > len(live):
-            message += f" {selected - len(live)} were already revoked."
+            message += f" Skipped {selected - len(live)} that had been revoked already."
         self.message_user(request, message, messages.SUCCESS)
 
 
