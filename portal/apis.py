@@ -47,6 +47,7 @@ class MeApi(APIView):
     @extend_schema(summary="Who you are: your roles and your username on each cluster", responses=MeOutput)
     def get(self, request: Request) -> Response:
         user = request.user
+        assert user.is_authenticated  # the default permission class lets nobody else in
         body = {
             "username": user.get_username(),
             "full_name": getattr(user, "get_full_name", lambda: "")(),

@@ -15,13 +15,13 @@ from channels.middleware import BaseMiddleware
 from tenants.services import token_authenticate
 
 
-@database_sync_to_async
+@database_sync_to_async  # type: ignore[untyped-decorator]
 def _user_for(secret: str) -> Any:
     token = token_authenticate(secret=secret)
     return token.user if token is not None else None
 
 
-class BearerTokenWebsocketMiddleware(BaseMiddleware):
+class BearerTokenWebsocketMiddleware(BaseMiddleware):  # type: ignore[misc]
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
         headers = dict(scope.get("headers", []))
         keyword, _, secret = headers.get(b"authorization", b"").decode("latin-1").partition(" ")

@@ -188,7 +188,7 @@ def _with_project_role(projects: QuerySet[Project], user: Any) -> QuerySet[Proje
 # Filters -----------------------------------------------------------------------------------------------
 
 
-class TenantFilter(django_filters.FilterSet):
+class TenantFilter(django_filters.FilterSet):  # type: ignore[misc]
     search = django_filters.CharFilter(method="filter_search", help_text="Part of the slug or name.")
 
     class Meta:
@@ -199,7 +199,7 @@ class TenantFilter(django_filters.FilterSet):
         return queryset.filter(Q(slug__icontains=value) | Q(name__icontains=value))
 
 
-class ProjectFilter(django_filters.FilterSet):
+class ProjectFilter(django_filters.FilterSet):  # type: ignore[misc]
     tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="A tenant's slug.")
     role = django_filters.ChoiceFilter(
         choices=ProjectRole.choices, field_name="my_role", help_text="Only projects where you hold this role."
@@ -214,7 +214,7 @@ class ProjectFilter(django_filters.FilterSet):
         return queryset.filter(Q(slug__icontains=value) | Q(name__icontains=value))
 
 
-class TenantMemberFilter(django_filters.FilterSet):
+class TenantMemberFilter(django_filters.FilterSet):  # type: ignore[misc]
     role = django_filters.ChoiceFilter(choices=TenantRole.choices)
     search = django_filters.CharFilter(field_name="user__username", lookup_expr="icontains", help_text="Username.")
 
@@ -223,7 +223,7 @@ class TenantMemberFilter(django_filters.FilterSet):
         fields: list[str] = []
 
 
-class ProjectMemberFilter(django_filters.FilterSet):
+class ProjectMemberFilter(django_filters.FilterSet):  # type: ignore[misc]
     role = django_filters.ChoiceFilter(choices=ProjectRole.choices)
     search = django_filters.CharFilter(field_name="user__username", lookup_expr="icontains", help_text="Username.")
 
@@ -232,7 +232,7 @@ class ProjectMemberFilter(django_filters.FilterSet):
         fields: list[str] = []
 
 
-class TokenFilter(django_filters.FilterSet):
+class TokenFilter(django_filters.FilterSet):  # type: ignore[misc]
     live = django_filters.BooleanFilter(method="filter_live", help_text="true: only usable tokens.")
 
     class Meta:
@@ -244,7 +244,7 @@ class TokenFilter(django_filters.FilterSet):
         return queryset.filter(live) if value else queryset.exclude(live)
 
 
-class AuditEventFilter(django_filters.FilterSet):
+class AuditEventFilter(django_filters.FilterSet):  # type: ignore[misc]
     tenant = django_filters.CharFilter(method="filter_tenant", help_text="A tenant's slug (you must be its admin).")
     action = django_filters.CharFilter(help_text="e.g. project.created, project_member.role_changed.")
     actor = django_filters.CharFilter(field_name="actor_username", help_text="Username of who made the change.")
@@ -542,12 +542,12 @@ class TokenListApi(generics.ListAPIView):  # type: ignore[type-arg]
     def get_permissions(self) -> list[Any]:
         if self.request.method == "POST":
             return [AllowAny()]
-        return super().get_permissions()
+        return list(super().get_permissions())
 
     def get_throttles(self) -> list[Any]:
         if self.request.method == "POST":
             return [PasswordLoginThrottle()]
-        return super().get_throttles()
+        return list(super().get_throttles())
 
     def get_queryset(self) -> QuerySet[ApiToken]:
         return selectors.token_list_for_user(user=self.request.user)

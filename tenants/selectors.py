@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404
@@ -25,7 +25,7 @@ from tenants.models import (
     TenantRole,
 )
 
-AnyUser = AbstractBaseUser | AnonymousUser
+AnyUser = User | AnonymousUser
 
 
 class TenantAction(enum.Enum):

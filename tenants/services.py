@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -32,7 +32,7 @@ from tenants.models import (
 )
 from tenants.slurm_names import project_account_name, tenant_parent_account_name
 
-Actor = AbstractBaseUser | AnonymousUser | None
+Actor = User | AnonymousUser | None
 
 TOKEN_PREFIX = "gpp_"
 TOKEN_NAME_MAX_LENGTH = 100
@@ -123,7 +123,7 @@ def _check_role(field: str, value: str, choices: type[TenantRole] | type[Project
     return value
 
 
-def user_get_by_username(*, username: str, field: str = "username") -> AbstractBaseUser:
+def user_get_by_username(*, username: str, field: str = "username") -> User:
     """The active user called `username`, or a field error saying so."""
     user = get_user_model().objects.filter(username=username, is_active=True).first()
     if user is None:
@@ -195,7 +195,7 @@ def _ensure_another_admin(membership: TenantMembership, *, doing: str) -> None:
 
 
 @transaction.atomic
-def tenant_member_add(*, actor: Actor, tenant: Tenant, user: AbstractBaseUser, role: str) -> TenantMembership:
+def tenant_member_add(*, actor: Actor, tenant: Tenant, user: User, role: str) -> TenantMembership:
     _check_role("role", role, TenantRole)
     _lock_tenant_memberships(tenant)
     if TenantMembership.objects.filter(tenant=tenant, user=user).exists():
@@ -316,7 +316,7 @@ def project_update(
 
 
 @transaction.atomic
-def project_member_add(*, actor: Actor, project: Project, user: AbstractBaseUser, role: str) -> ProjectMembership:
+def project_member_add(*, actor: Actor, project: Project, user: User, role: str) -> ProjectMembership:
     """Add a member of the project's tenant to the project; a submitting role gets a Slurm association."""
     _check_role("role", role, ProjectRole)
     if not TenantMembership.objects.filter(tenant=project.tenant, user=user).exists():
@@ -397,7 +397,7 @@ def token_hash(secret: str) -> str:
 
 
 @transaction.atomic
-def token_create(*, user: AbstractBaseUser, name: str, expires_at: datetime | None = None) -> tuple[ApiToken, str]:
+def token_create(*, user: User, name: str, expires_at: datetime | None = None) -> tuple[ApiToken, str]:
     """Create a named token for `user`; returns it with its secret, which is never stored or shown again."""
     name = name.strip()
     if not name:

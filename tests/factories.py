@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from tenants import services
 from tenants.models import Project, ProjectMembership, Tenant, TenantMembership
@@ -17,14 +17,14 @@ def unique_slug(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"
 
 
-def make_user(username: str | None = None, *, is_staff: bool = False) -> AbstractBaseUser:
+def make_user(username: str | None = None, *, is_staff: bool = False) -> User:
     user = get_user_model().objects.create_user(
         username=username or unique_slug("user"), password=PASSWORD, is_staff=is_staff, is_superuser=is_staff
     )
     return user
 
 
-def make_tenant(slug: str | None = None, *, admin: AbstractBaseUser | None = None) -> Tenant:
+def make_tenant(slug: str | None = None, *, admin: User | None = None) -> Tenant:
     tenant = services.tenant_create(actor=None, slug=slug or unique_slug("tn"), name="Test tenant")
     if admin is not None:
         services.tenant_member_add(actor=None, tenant=tenant, user=admin, role="admin")
@@ -35,11 +35,11 @@ def make_project(tenant: Tenant, slug: str | None = None) -> Project:
     return services.project_create(actor=None, tenant=tenant, slug=slug or unique_slug("pr"), name="Test project")
 
 
-def add_tenant_member(tenant: Tenant, user: AbstractBaseUser, role: str = "member") -> TenantMembership:
+def add_tenant_member(tenant: Tenant, user: User, role: str = "member") -> TenantMembership:
     return services.tenant_member_add(actor=None, tenant=tenant, user=user, role=role)
 
 
-def add_project_member(project: Project, user: AbstractBaseUser, role: str = "member") -> ProjectMembership:
+def add_project_member(project: Project, user: User, role: str = "member") -> ProjectMembership:
     """Adds the user to the project's tenant first when needed."""
     if not TenantMembership.objects.filter(tenant=project.tenant, user=user).exists():
         add_tenant_member(project.tenant, user)

@@ -153,8 +153,9 @@ MATRIX: dict[str, dict[str, Case]] = {
     "api/v1/slurm-drift-reports/": {"GET": Case(everyone(403) | {"staff": 200})},
 }
 
-WEBSOCKET_MATRIX: dict[str, Expected] = {
-    "ws/clusters/": {role: role != "anonymous" for role in ROLES},  # type: ignore[dict-item]
+# route -> role -> whether the handshake is accepted.
+WEBSOCKET_MATRIX: dict[str, dict[str, bool]] = {
+    "ws/clusters/": {role: role != "anonymous" for role in ROLES},
 }
 
 
@@ -197,7 +198,7 @@ def _url(route: str, world: World, **overrides: str) -> str:
         "token_id": str(world.member_token_id),
         **overrides,
     }
-    return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda match: values[match.group(1)], route)
+    return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda match: values[str(match.group(1))], route)
 
 
 def _client(world: World, role: str) -> Client:
@@ -285,7 +286,7 @@ def _admin_url(pattern: URLPattern, world: World) -> str | None:
         model = next(
             (m for m in admin.site._registry if name.startswith(f"{m._meta.app_label}_{m._meta.model_name}_")), None
         )
-        instance = model.objects.order_by("pk").first() if model is not None else None
+        instance = model._default_manager.order_by("pk").first() if model is not None else None
         kwargs[(groups & {"object_id", "id"}).pop()] = str(instance.pk) if instance is not None else "999999"
     if "app_label" in groups:
         kwargs["app_label"] = "tenants"
