@@ -1,4 +1,5 @@
-"""Django admin for clusters: registration is editable, everything synced from Slurm is read-only."""
+"""Django admin for clusters: registration and users' cluster usernames are editable; everything synced from
+Slurm (inventory, projects' account states, drift reports) is read-only."""
 
 from __future__ import annotations
 
@@ -8,9 +9,20 @@ from django.contrib import admin, messages
 from django.db import models, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
-from jobs.models import Cluster, ClusterAccount, GpuType, Node, Partition
-from jobs.tasks import cluster_sync
+from jobs.models import (
+    Cluster,
+    ClusterAccount,
+    GpuType,
+    Node,
+    Partition,
+    ProjectSlurmAccount,
+    SlurmDriftKind,
+    SlurmDriftReport,
+)
+from jobs.tasks import cluster_slurm_reconcile, cluster_sync
 
 SYNCED_FROM_SLURM = (
     "api_version",
@@ -59,7 +71,7 @@ class ClusterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         ("Last seen by the workers", {"fields": SYNCED_FROM_SLURM}),
     )
     inlines = (GpuTypeInline, PartitionInline, NodeInline)
-    actions = ("sync_now",)
+    actions = ("sync_now", "reconcile_slurm_accounts_now")
     # slurmrestd speaks plain HTTP unless a TLS proxy fronts it, so a bare host:port means http.
     formfield_overrides = {models.URLField: {"assume_scheme": "http"}}
 
@@ -69,6 +81,18 @@ class ClusterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             transaction.on_commit(partial(cluster_sync.delay, cluster_id))
         self.message_user(request, f"Asked the workers to sync {queryset.count()} cluster(s).", messages.SUCCESS)
 
+    @admin.action(description="Reconcile Slurm accounts now")
+    def reconcile_slurm_accounts_now(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
+        cluster_ids = list(queryset.filter(is_active=True).values_list("pk", flat=True))
+        for cluster_id in cluster_ids:
+            transaction.on_commit(partial(cluster_slurm_reconcile.delay, cluster_id))
+        self.message_user(
+            request,
+            f"Asked the workers to reconcile the Slurm accounts of {len(cluster_ids)} active cluster(s); "
+            "the result appears under Slurm drift reports.",
+            messages.SUCCESS,
+        )
+
 
 @admin.register(ClusterAccount)
 class ClusterAccountAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -76,3 +100,78 @@ class ClusterAccountAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ("cluster",)
     search_fields = ("user__username", "username")
     autocomplete_fields = ("user",)
+
+
+def _kind_label(kind: str) -> str:
+    return SlurmDriftKind(kind).label if kind in SlurmDriftKind.values else kind
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Rows only the workers write: portal admins may look, not touch."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(ProjectSlurmAccount)
+class ProjectSlurmAccountAdmin(ReadOnlyAdmin):
+    list_display = ("project", "account", "cluster", "state", "synced_at", "last_error")
+    list_filter = ("cluster", "state")
+    search_fields = ("project__slug", "project__tenant__slug", "project__slurm_account")
+    list_select_related = ("project__tenant", "cluster")
+
+    @admin.display(description="Slurm account", ordering="project__slurm_account")
+    def account(self, row: ProjectSlurmAccount) -> str:
+        return row.project.slurm_account
+
+
+@admin.register(SlurmDriftReport)
+class SlurmDriftReportAdmin(ReadOnlyAdmin):
+    list_display = ("started_at", "cluster", "finished_at", "finding_count", "unrepaired_count", "failed")
+    list_filter = ("cluster",)
+    list_select_related = ("cluster",)
+    date_hierarchy = "started_at"
+    fields = ("cluster", "started_at", "finished_at", "error", "findings_table")
+    readonly_fields = fields
+
+    @admin.display(description="Findings")
+    def finding_count(self, report: SlurmDriftReport) -> int:
+        return len(report.findings)
+
+    @admin.display(description="Not repaired")
+    def unrepaired_count(self, report: SlurmDriftReport) -> int:
+        return report.unrepaired_count
+
+    @admin.display(description="Stopped early", boolean=True)
+    def failed(self, report: SlurmDriftReport) -> bool:
+        return bool(report.error) or report.finished_at is None
+
+    @admin.display(description="Findings")
+    def findings_table(self, report: SlurmDriftReport) -> SafeString:
+        if not report.findings:
+            return format_html("<p>{}</p>", "None: Slurm matched the portal.")
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    _kind_label(finding.get("kind", "")),
+                    finding.get("account", ""),
+                    finding.get("user", ""),
+                    "yes" if finding.get("repaired") else "no",
+                    finding.get("detail", ""),
+                )
+                for finding in report.findings
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>Kind</th><th>Account</th><th>User</th><th>Repaired</th><th>Detail</th></tr>"
+            "</thead><tbody>{}</tbody></table>",
+            rows,
+        )

@@ -122,3 +122,69 @@ class GpuType(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+
+class ProjectSlurmAccount(models.Model):
+    """A project's Slurm account on one cluster, as the workers last left it.
+
+    One row per project and cluster the project may use; today that is every active cluster, and the
+    workers create the rows when they first sync the project. `last_error` says what is not in line yet,
+    even when the account itself is ready (e.g. a member who has no username on the cluster).
+    """
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        READY = "ready", "Ready"
+        ERROR = "error", "Error"
+
+    # PROTECT: deleting a project would leave its Slurm account and its jobs' accounting behind unseen.
+    project = models.ForeignKey("tenants.Project", on_delete=models.PROTECT, related_name="slurm_accounts")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="project_accounts")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    last_error = models.TextField(blank=True)
+    synced_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster__name", "project__slurm_account"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "cluster"], name="project_slurm_account_one_per_cluster")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slurm_account}@{self.cluster.name}"
+
+
+class SlurmDriftKind(models.TextChoices):
+    """What a reconcile run can find between the portal and a cluster's Slurm accounts."""
+
+    MISSING_PARENT_ACCOUNT = "missing_parent_account", "Tenant parent account missing"
+    MISSING_PROJECT_ACCOUNT = "missing_project_account", "Project account missing"
+    WRONG_PARENT = "wrong_parent", "Account under the wrong parent"
+    MISSING_USER_ASSOCIATION = "missing_user_association", "User association missing"
+    EXTRA_USER_ASSOCIATION = "extra_user_association", "User association the portal did not grant"
+    UNKNOWN_ACCOUNT = "unknown_account", "Account under a tenant that no project knows"
+
+
+class SlurmDriftReport(models.Model):
+    """One reconcile run of a cluster's Slurm accounts against the portal.
+
+    `findings` is a list of `{kind, account, user, detail, repaired}` (kind from `SlurmDriftKind`).
+    `finished_at` stays empty when the run died; `error` says why a run stopped early.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="drift_reports")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    findings = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [models.Index(fields=["cluster", "-started_at"], name="drift_report_cluster_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name} {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def unrepaired_count(self) -> int:
+        return sum(1 for finding in self.findings if not finding.get("repaired"))

@@ -1,4 +1,4 @@
-"""Celery tasks for clusters: thin wrappers that load by id and call one service."""
+"""Celery tasks for clusters and their Slurm accounts: thin wrappers that load by id and call one service."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import logging
 
 from celery import shared_task
 
+from jobs import accounts
 from jobs.clusters import slurm_client_for
 from jobs.models import Cluster
 from jobs.services import cluster_check, cluster_sync_inventory
-from jobs.slurm import SlurmError
+from jobs.slurm import SlurmError, SlurmRetryableError
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,32 @@ def cluster_sync_all() -> None:
         cluster_sync.delay(cluster_id)
 
 
-@shared_task(ignore_result=True, soft_time_limit=120, time_limit=180)
+# Retryable Slurm errors (cluster down, slow, overloaded) are retried up to 8 times, backing off exponentially
+# from 15 s to at most 10 minutes (jittered); after that the periodic reconcile brings the project in line.
+@shared_task(
+    ignore_result=True,
+    soft_time_limit=120,
+    time_limit=180,
+    autoretry_for=(SlurmRetryableError,),
+    retry_backoff=15,
+    retry_backoff_max=600,
+    retry_jitter=True,
+    max_retries=8,
+)
 def project_slurm_sync(project_id: int) -> None:
     """Bring the project's Slurm accounts and user associations in line with the portal, on every cluster."""
-    raise NotImplementedError("filled in by the Slurm account sync work")
+    accounts.project_slurm_sync(project_id=project_id)
+
+
+@shared_task(ignore_result=True, soft_time_limit=540, time_limit=600)
+def cluster_slurm_reconcile(cluster_id: int) -> None:
+    """Check and repair all portal accounts on one cluster; the report records a failed run, and beat retries."""
+    if not Cluster.objects.filter(pk=cluster_id, is_active=True).exists():
+        return
+    accounts.cluster_slurm_reconcile(cluster_id=cluster_id)
+
+
+@shared_task(ignore_result=True, soft_time_limit=30, time_limit=60)
+def slurm_reconcile_all() -> None:
+    for cluster_id in Cluster.objects.filter(is_active=True).values_list("pk", flat=True):
+        cluster_slurm_reconcile.delay(cluster_id)

@@ -94,6 +94,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "jobs.tasks.cluster_sync_all",
         "schedule": env_int("CLUSTER_SYNC_INTERVAL_SECONDS", 30),
     },
+    "reconcile-slurm-accounts": {
+        "task": "jobs.tasks.slurm_reconcile_all",
+        "schedule": env_int("SLURM_RECONCILE_INTERVAL_SECONDS", 600),
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [
