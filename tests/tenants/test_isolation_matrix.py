@@ -93,7 +93,7 @@ class Case:
 # route pattern -> method -> case. Every non-admin route must be here.
 MATRIX: dict[str, dict[str, Case]] = {
     "": {"GET": Case(everyone(200, anonymous=302))},
-    "login/": {"GET": Case(everyone(200, anonymous=200))},
+    "login/": {"GET": Case(everyone(302, anonymous=200))},  # logged-in users go straight home
     "logout/": {"GET": Case(everyone(405, anonymous=405)), "POST": Case(everyone(302, anonymous=302))},
     "healthz": {"GET": Case({})},  # infrastructure state, the same answer for every role (checked below)
     "api/schema/": {"GET": Case(everyone(200, anonymous=200))},
