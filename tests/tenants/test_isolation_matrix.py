@@ -299,12 +299,13 @@ def _admin_url(pattern: URLPattern, world: World) -> str | None:
 
 def test_admin_pages_are_for_portal_admins_only(world: World) -> None:
     checked = 0
+    clients = {role: _client(world, role) for role in ROLES}
     for _route, pattern in admin_routes():
         url = _admin_url(pattern, world)
         if url is None or pattern.name in {"login", "logout"}:
             continue
         for role in ROLES:
-            response = _client(world, role).get(url)
+            response = clients[role].get(url)
             if role == "staff":
                 assert response.status_code < 500, f"{url} fails for staff"
             else:
