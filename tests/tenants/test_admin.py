@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -18,13 +18,9 @@ from tests.factories import add_project_member, add_tenant_member, make_project,
 pytestmark = pytest.mark.django_db
 
 
-def new_user(username: str, *, is_staff: bool = False) -> User:
-    return cast(User, make_user(username, is_staff=is_staff))
-
-
 @pytest.fixture
 def portal_admin() -> User:
-    return new_user("portal-admin", is_staff=True)
+    return make_user("portal-admin", is_staff=True)
 
 
 @pytest.fixture
@@ -35,7 +31,7 @@ def staff_client(client: Client, portal_admin: User) -> Client:
 
 @pytest.fixture
 def tenant_admin() -> User:
-    return new_user("alice")
+    return make_user("alice")
 
 
 @pytest.fixture
@@ -163,7 +159,7 @@ def test_creating_a_project_in_the_admin_runs_project_create(
 
 
 def test_creating_a_tenant_with_its_first_admin_in_one_form(staff_client: Client) -> None:
-    first_admin = new_user("dora")
+    first_admin = make_user("dora")
     data = admin_form_data(staff_client.get("/admin/tenants/tenant/add/"))
     data.update(
         {
@@ -192,7 +188,7 @@ def test_creating_a_tenant_with_its_first_admin_in_one_form(staff_client: Client
 def test_handing_the_admin_role_over_in_one_submission_works(
     staff_client: Client, tenant: Tenant, tenant_admin: User
 ) -> None:
-    successor = new_user("bob")
+    successor = make_user("bob")
     add_tenant_member(tenant, successor, "member")
     page = staff_client.get(f"/admin/tenants/tenant/{tenant.pk}/change/")
     data = admin_form_data(page)
@@ -216,7 +212,7 @@ def test_handing_the_admin_role_over_in_one_submission_works(
 
 
 def test_removing_a_tenant_member_removes_them_from_its_projects_too(staff_client: Client, tenant: Tenant) -> None:
-    member = new_user("bob")
+    member = make_user("bob")
     add_project_member(make_project(tenant, "vision"), member, "member")
     membership = TenantMembership.objects.get(user=member)
 
@@ -296,7 +292,7 @@ def test_demoting_the_last_tenant_admin_shows_the_refusal_on_the_role(
 def test_the_bulk_delete_of_memberships_is_all_or_nothing(
     staff_client: Client, tenant: Tenant, tenant_admin: User
 ) -> None:
-    member = new_user("bob")
+    member = make_user("bob")
     add_tenant_member(tenant, member, "member")
     selected = list(TenantMembership.objects.filter(tenant=tenant).values_list("pk", flat=True))
     events_before = AuditEvent.objects.count()
@@ -315,7 +311,7 @@ def test_the_bulk_delete_of_memberships_is_all_or_nothing(
 
 def test_adding_an_outsider_to_a_project_shows_the_refusal_on_the_user(staff_client: Client, tenant: Tenant) -> None:
     project = make_project(tenant, "vision")
-    outsider = new_user("mallory")
+    outsider = make_user("mallory")
     data = admin_form_data(staff_client.get("/admin/tenants/projectmembership/add/"))
     data.update({"project": project.pk, "user": outsider.pk, "role": "member"})
 
@@ -350,7 +346,7 @@ def test_tokens_cannot_be_added_edited_or_deleted_and_their_hash_is_never_shown(
 
 
 def test_the_revoke_action_revokes_through_the_service_and_audits(staff_client: Client, portal_admin: User) -> None:
-    owner = new_user("bob")
+    owner = make_user("bob")
     live, _secret = services.token_create(user=owner, name="ci")
     already_revoked, _secret = services.token_create(user=owner, name="old")
     services.token_revoke(actor=owner, token=already_revoked)
