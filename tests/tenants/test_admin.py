@@ -211,6 +211,40 @@ def test_handing_the_admin_role_over_in_one_submission_works(
     ]
 
 
+def test_project_members_are_added_changed_and_removed_inline_through_the_services(
+    staff_client: Client, tenant: Tenant, tenant_admin: User
+) -> None:
+    project = make_project(tenant, "vision")
+    add_project_member(project, tenant_admin, "manager")
+    leaving = make_user("carol")
+    add_project_member(project, leaving, "member")
+    joining = make_user("bob")
+    add_tenant_member(tenant, joining)
+    url = f"/admin/tenants/project/{project.pk}/change/"
+    page = staff_client.get(url)
+    data = admin_form_data(page)
+    data[f"memberships-{inline_index(page, 'memberships', ProjectMembership.objects.get(user=tenant_admin))}-role"] = (
+        "member"
+    )
+    data[f"memberships-{inline_index(page, 'memberships', ProjectMembership.objects.get(user=leaving))}-DELETE"] = "on"
+    data.update({"memberships-TOTAL_FORMS": "3", "memberships-2-user": joining.pk, "memberships-2-role": "viewer"})
+    events_before = AuditEvent.objects.count()
+
+    response = staff_client.post(url, data)
+
+    assert response.status_code == 302
+    assert dict(ProjectMembership.objects.filter(project=project).values_list("user__username", "role")) == {
+        "alice": "member",
+        "bob": "viewer",
+    }
+    new_events = AuditEvent.objects.order_by("id")[events_before:]
+    assert [(event.action, event.actor_username, event.target_label) for event in new_events] == [
+        ("project_member.added", "portal-admin", "bob in acme/vision as viewer"),
+        ("project_member.role_changed", "portal-admin", "alice in acme/vision as member"),
+        ("project_member.removed", "portal-admin", "carol in acme/vision as member"),
+    ]
+
+
 def test_removing_a_tenant_member_removes_them_from_its_projects_too(staff_client: Client, tenant: Tenant) -> None:
     member = make_user("bob")
     add_project_member(make_project(tenant, "vision"), member, "member")
