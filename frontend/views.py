@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
-from tenants.models import Project, ProjectMembership, ProjectRole, Tenant, TenantMembership, TenantRole
+from tenants.models import Project, ProjectRole, Tenant, TenantRole
 from tenants.selectors import is_portal_admin, project_list_for_user, tenant_list_for_user
 
 
@@ -28,23 +27,20 @@ def home(request: HttpRequest) -> HttpResponse:
     """The user's tenants and projects with their roles, and where to go next."""
     user = request.user
     portal_admin = is_portal_admin(user)
-    # The user's own role rides along as a subquery: one query per list, however many a portal admin sees.
-    own_tenant_role = TenantMembership.objects.filter(tenant=OuterRef("pk"), user=user.pk).values("role")[:1]
-    own_project_role = ProjectMembership.objects.filter(project=OuterRef("pk"), user=user.pk).values("role")[:1]
-    tenants = tenant_list_for_user(user=user).annotate(own_role=Subquery(own_tenant_role))
-    projects = project_list_for_user(user=user).annotate(own_role=Subquery(own_project_role))
+    tenants = tenant_list_for_user(user=user)
+    projects = project_list_for_user(user=user)
 
     tenant_rows = []
     administered: set[int] = set()
     for tenant in tenants:
-        role = tenant.own_role
+        role = tenant.my_role  # type: ignore[attr-defined]  (annotated by the selector)
         if role == TenantRole.ADMIN:
             administered.add(tenant.pk)
         tenant_rows.append(Row(tenant, str(TenantRole(role).label) if role else "Portal admin"))
 
     project_rows = []
     for project in projects:
-        role = project.own_role
+        role = project.my_role  # type: ignore[attr-defined]  (annotated by the selector)
         if role:
             label = str(ProjectRole(role).label)
         elif project.tenant_id in administered:

@@ -13,7 +13,7 @@ from typing import Any
 import django_filters
 from django.contrib.auth import authenticate
 from django.core.validators import RegexValidator
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
@@ -171,18 +171,10 @@ def _input(serializer_class: type[serializers.Serializer[Any]], request: Request
 # Annotations used by the outputs ------------------------------------------------------------------------
 
 
-def _with_tenant_counts(tenants: QuerySet[Tenant], user: Any) -> QuerySet[Tenant]:
-    my_role = TenantMembership.objects.filter(tenant=OuterRef("pk"), user_id=user.pk).values("role")[:1]
+def _with_tenant_counts(tenants: QuerySet[Tenant]) -> QuerySet[Tenant]:
     return tenants.annotate(
-        project_count=Count("projects", distinct=True),
-        member_count=Count("memberships", distinct=True),
-        my_role=Subquery(my_role),
+        project_count=Count("projects", distinct=True), member_count=Count("memberships", distinct=True)
     )
-
-
-def _with_project_role(projects: QuerySet[Project], user: Any) -> QuerySet[Project]:
-    my_role = ProjectMembership.objects.filter(project=OuterRef("pk"), user_id=user.pk).values("role")[:1]
-    return projects.annotate(my_role=Subquery(my_role))
 
 
 # Filters -----------------------------------------------------------------------------------------------
@@ -277,14 +269,14 @@ class TenantListApi(generics.ListAPIView):  # type: ignore[type-arg]
     filterset_class = TenantFilter
 
     def get_queryset(self) -> QuerySet[Tenant]:
-        return _with_tenant_counts(selectors.tenant_list_for_user(user=self.request.user), self.request.user)
+        return _with_tenant_counts(selectors.tenant_list_for_user(user=self.request.user))
 
     def post(self, request: Request) -> Response:
         if not selectors.is_portal_admin(request.user):
             raise exceptions.PermissionDenied("Creating a tenant needs a portal admin; ask one to create it for you.")
         data = _input(TenantCreateInput, request)
         tenant = services.tenant_create(actor=request.user, **data)
-        tenant = _with_tenant_counts(Tenant.objects.filter(pk=tenant.pk), request.user).get()
+        tenant = _with_tenant_counts(selectors.tenant_list_for_user(user=request.user)).get(pk=tenant.pk)
         return Response(TenantOutput(tenant).data, status=status.HTTP_201_CREATED)
 
 
@@ -300,7 +292,7 @@ class TenantDetailApi(generics.GenericAPIView):  # type: ignore[type-arg]
     serializer_class = TenantOutput
 
     def _render(self, tenant: Tenant) -> Response:
-        tenant = _with_tenant_counts(Tenant.objects.filter(pk=tenant.pk), self.request.user).get()
+        tenant = _with_tenant_counts(selectors.tenant_list_for_user(user=self.request.user)).get(pk=tenant.pk)
         return Response(TenantOutput(tenant).data)
 
     def get(self, request: Request, tenant: str) -> Response:
@@ -383,7 +375,7 @@ class ProjectListApi(generics.ListAPIView):  # type: ignore[type-arg]
     filterset_class = ProjectFilter
 
     def get_queryset(self) -> QuerySet[Project]:
-        return _with_project_role(selectors.project_list_for_user(user=self.request.user), self.request.user)
+        return selectors.project_list_for_user(user=self.request.user)
 
 
 @extend_schema_view(
@@ -402,9 +394,7 @@ class TenantProjectListApi(generics.ListAPIView):  # type: ignore[type-arg]
 
     def get_queryset(self) -> QuerySet[Project]:
         tenant = selectors.tenant_get_for_user(user=self.request.user, slug=self.kwargs["tenant"])
-        return _with_project_role(
-            selectors.project_list_for_user(user=self.request.user, tenant=tenant), self.request.user
-        )
+        return selectors.project_list_for_user(user=self.request.user, tenant=tenant)
 
     def post(self, request: Request, tenant: str) -> Response:
         found = selectors.tenant_get_for_user(user=request.user, slug=tenant, action=TenantAction.MANAGE)
@@ -414,7 +404,7 @@ class TenantProjectListApi(generics.ListAPIView):  # type: ignore[type-arg]
 
 
 def _project_detail(project: Project, request: Request) -> dict[str, Any]:
-    annotated = _with_project_role(Project.objects.select_related("tenant").filter(pk=project.pk), request.user).get()
+    annotated = selectors.project_list_for_user(user=request.user).get(pk=project.pk)
     annotated.member_list = list(selectors.project_membership_list(project=annotated))  # type: ignore[attr-defined]
     return dict(ProjectDetailOutput(annotated).data)
 

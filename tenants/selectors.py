@@ -11,7 +11,7 @@ import enum
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404
 
 from tenants.models import (
@@ -78,12 +78,15 @@ def project_role_of(*, user: AnyUser, project: Project) -> ProjectRole | None:
 
 
 def tenant_list_for_user(*, user: AnyUser) -> QuerySet[Tenant]:
-    if is_portal_admin(user):
-        return Tenant.objects.order_by("slug")
+    """Tenants the user may view, each annotated with `my_role` (None where only portal admin rights apply)."""
     if not user.is_authenticated:
         return Tenant.objects.none()
+    my_role = TenantMembership.objects.filter(tenant=OuterRef("pk"), user=user.pk).values("role")[:1]
+    tenants = Tenant.objects.annotate(my_role=Subquery(my_role)).order_by("slug")
+    if is_portal_admin(user):
+        return tenants
     # A subquery rather than a join, so that counts annotated on the result see every membership.
-    return Tenant.objects.filter(pk__in=TenantMembership.objects.filter(user=user).values("tenant")).order_by("slug")
+    return tenants.filter(pk__in=TenantMembership.objects.filter(user=user).values("tenant"))
 
 
 def tenant_get_for_user(*, user: AnyUser, slug: str, action: TenantAction = TenantAction.VIEW) -> Tenant:
@@ -108,14 +111,20 @@ def tenant_get_for_user(*, user: AnyUser, slug: str, action: TenantAction = Tena
 
 
 def project_list_for_user(*, user: AnyUser, tenant: Tenant | None = None) -> QuerySet[Project]:
-    """Projects the user may view: all for portal admins, all of a tenant for its admins, else their own."""
-    projects = Project.objects.select_related("tenant").order_by("tenant__slug", "slug")
+    """Projects the user may view: all for portal admins, all of a tenant for its admins, else their own.
+
+    Each is annotated with `my_role`, the user's project role (None for tenant or portal admins without one).
+    """
+    if not user.is_authenticated:
+        return Project.objects.none()
+    my_role = ProjectMembership.objects.filter(project=OuterRef("pk"), user=user.pk).values("role")[:1]
+    projects = (
+        Project.objects.select_related("tenant").annotate(my_role=Subquery(my_role)).order_by("tenant__slug", "slug")
+    )
     if tenant is not None:
         projects = projects.filter(tenant=tenant)
     if is_portal_admin(user):
         return projects
-    if not user.is_authenticated:
-        return projects.none()
     administered = TenantMembership.objects.filter(tenant=OuterRef("tenant"), user=user, role=TenantRole.ADMIN)
     return projects.filter(Q(memberships__user=user) | Q(Exists(administered))).distinct()
 
