@@ -33,14 +33,14 @@ def home(request: HttpRequest) -> HttpResponse:
     tenant_rows = []
     administered: set[int] = set()
     for tenant in tenants:
-        role = tenant.my_role  # type: ignore[attr-defined]  (annotated by the selector)
+        role = tenant.my_role  # type: ignore[attr-defined]  # annotated by the selector
         if role == TenantRole.ADMIN:
             administered.add(tenant.pk)
         tenant_rows.append(Row(tenant, str(TenantRole(role).label) if role else "Portal admin"))
 
     project_rows = []
     for project in projects:
-        role = project.my_role  # type: ignore[attr-defined]  (annotated by the selector)
+        role = project.my_role  # type: ignore[attr-defined]  # annotated by the selector
         if role:
             label = str(ProjectRole(role).label)
         elif project.tenant_id in administered:
