@@ -79,6 +79,14 @@ def parent_of(client: SlurmClient, account: str) -> str | None:
     return own[0].parent_account if own else None
 
 
+def _in_accounting(client: SlurmClient, job_id: int) -> bool:
+    try:
+        client.accounting_job(job_id=job_id)
+    except SlurmError:
+        return False
+    return True
+
+
 @dataclass
 class World:
     cluster: Cluster
@@ -249,6 +257,8 @@ def test_removing_a_member_with_a_running_job_waits_for_the_job_then_the_reconci
     )
     job_id = slurm_client.submit_job(user="bob", submission=submission).job_id
     try:
+        # slurmdbd refuses the removal only once slurmctld has told it about the job.
+        wait_until(lambda: _in_accounting(slurm_client, job_id), what="the job's accounting record")
         services.project_member_change_role(actor=None, membership=_membership(world, world.bob), role="viewer")
         project_slurm_sync(project_id=world.project.pk)
 
