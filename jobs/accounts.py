@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -75,7 +75,7 @@ class Finding:
     detail: str = ""
     repaired: bool = False
     # Slurm refused a removal while jobs are active in the account; a later run will try again.
-    waits_for_jobs: bool = field(default=False, compare=False)
+    waits_for_jobs: bool = False
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -135,8 +135,9 @@ def cluster_slurm_reconcile(*, cluster_id: int) -> SlurmDriftReport:
     """Compare every project's accounts and associations on the cluster with the portal, repair what can be
     repaired, and record each difference found in a drift report.
 
-    Reads all of the cluster's associations in one request. Accounts under a tenant's parent account that no
-    project knows are reported and left alone: the portal deletes nothing it did not create.
+    Reads all of the cluster's associations in one request. Accounts under a tenant's parent account (or a
+    project's account) that no project uses are reported and left alone: the portal deletes nothing it did
+    not create.
     """
     cluster = Cluster.objects.get(pk=cluster_id)
     started_at = timezone.now()
@@ -507,15 +508,19 @@ def _record_in_line(*, cluster: Cluster, targets: list[ProjectSlurmTarget], snap
 
 
 def _unknown_accounts(*, cluster: Cluster, view: _SlurmView) -> list[Finding]:
-    parents = tenant_parent_account_names()
+    """Accounts inside the portal's subtrees (under a tenant's parent or a project's account) that no project uses."""
+    tenant_parents = tenant_parent_account_names()
     known = project_account_names()
     findings = []
     for account, own in sorted(view.own.items()):
-        if own.parent_account in parents and account not in known:
-            detail = (
-                f"{account} is under tenant parent account {own.parent_account} on cluster {cluster.name}, but no "
-                "portal project uses it. Left in place: the portal deletes no account it did not create; a Slurm "
-                f"admin removes it (sacctmgr delete account {account}) if nobody needs it."
-            )
-            findings.append(Finding(SlurmDriftKind.UNKNOWN_ACCOUNT, account=account, detail=detail))
+        parent = own.parent_account
+        if account in known or (parent not in tenant_parents and parent not in known):
+            continue
+        where = "tenant parent account" if parent in tenant_parents else "project account"
+        detail = (
+            f"{account} is under {where} {parent} on cluster {cluster.name}, but no portal project uses it. "
+            "Left in place: the portal deletes no account it did not create; a Slurm admin removes it "
+            f"(sacctmgr delete account {account}) if nobody needs it."
+        )
+        findings.append(Finding(SlurmDriftKind.UNKNOWN_ACCOUNT, account=account, detail=detail))
     return findings

@@ -162,7 +162,7 @@ class SlurmDriftKind(models.TextChoices):
     WRONG_PARENT = "wrong_parent", "Account under the wrong parent"
     MISSING_USER_ASSOCIATION = "missing_user_association", "User association missing"
     EXTRA_USER_ASSOCIATION = "extra_user_association", "User association the portal did not grant"
-    UNKNOWN_ACCOUNT = "unknown_account", "Account under a tenant that no project knows"
+    UNKNOWN_ACCOUNT = "unknown_account", "Account in a tenant's subtree that no project uses"
 
 
 class SlurmDriftReport(models.Model):

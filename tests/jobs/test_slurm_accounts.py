@@ -44,7 +44,7 @@ def slurm_accounts_to_remove(slurm_client: SlurmClient) -> Iterator[list[str]]:
     """Names of Slurm accounts a test created; removed afterwards, projects' accounts before tenants' parents."""
     names: list[str] = []
     yield names
-    for name in sorted(set(names), key=lambda account: account.startswith("t_")):
+    for name in sorted(dict.fromkeys(names), key=lambda account: account.startswith("t_")):
         _delete_account(slurm_client, name)
 
 
@@ -419,31 +419,41 @@ def test_the_reconcile_removes_and_reports_an_association_added_behind_the_porta
 
 @pytest.mark.cluster
 @pytest.mark.django_db
-def test_the_reconcile_reports_an_unknown_account_under_a_tenant_parent_and_leaves_it(
+def test_the_reconcile_reports_unknown_accounts_in_a_tenants_subtree_and_leaves_them(
     world: World, slurm_client: SlurmClient, slurm_accounts_to_remove: list[str]
 ) -> None:
     project_slurm_sync(project_id=world.project.pk)
-    stray = f"{world.tenant.slug}_stray"
-    slurm_accounts_to_remove.append(stray)
-    slurm_client.create_account(
-        name=stray, cluster="local", description="made by hand", organization="ops", parent_account=world.parent
-    )
+    stray, nested = f"{world.tenant.slug}_stray", f"{world.tenant.slug}_nested"
+    slurm_accounts_to_remove.extend([nested, stray])
+    for name, parent in ((stray, world.parent), (nested, world.account)):
+        slurm_client.create_account(
+            name=name, cluster="local", description="made by hand", organization="ops", parent_account=parent
+        )
 
     report = cluster_slurm_reconcile(cluster_id=world.cluster.pk)
 
+    left_in_place = "Left in place: the portal deletes no account it did not create; a Slurm admin removes it"
     assert report.findings == [
+        {
+            "kind": "unknown_account",
+            "account": nested,
+            "user": "",
+            "detail": f"{nested} is under project account {world.account} on cluster local, but no portal project "
+            f"uses it. {left_in_place} (sacctmgr delete account {nested}) if nobody needs it.",
+            "repaired": False,
+        },
         {
             "kind": "unknown_account",
             "account": stray,
             "user": "",
             "detail": f"{stray} is under tenant parent account {world.parent} on cluster local, but no portal "
-            "project uses it. Left in place: the portal deletes no account it did not create; a Slurm admin "
-            f"removes it (sacctmgr delete account {stray}) if nobody needs it.",
+            f"project uses it. {left_in_place} (sacctmgr delete account {stray}) if nobody needs it.",
             "repaired": False,
-        }
+        },
     ]
     assert parent_of(slurm_client, stray) == world.parent
-    assert report.unrepaired_count == 1
+    assert parent_of(slurm_client, nested) == world.account
+    assert report.unrepaired_count == 2
 
 
 @pytest.mark.cluster
@@ -696,7 +706,7 @@ def test_admins_read_drift_reports_and_account_states_but_cannot_change_them(adm
     detail = admin_client.get(f"/admin/jobs/slurmdriftreport/{report.pk}/change/").content.decode()
     listing = admin_client.get("/admin/jobs/projectslurmaccount/?state__exact=error").content.decode()
 
-    assert "Account under a tenant that no project knows" in detail
+    assert "Account in a tenant&#x27;s subtree that no project uses" in detail
     assert "acme_old" in detail
     assert "Left &lt;b&gt;" in detail
     assert "acme_vision" in listing
