@@ -13,11 +13,13 @@ Slurm 22.05 (slurmrestd v0.0.38) behaviours measured on the local cluster, which
   alike, even while the user has other associations. Slurm switches no default: the user is left with
   none. The portal's jobs always name their account and keep running; a bare `sbatch` on a login node fails
   with "Invalid account or account/partition combination specified" until the user's next new association,
-  which Slurm makes their default. v0.0.38 gives no way to set a default, so the portal leaves it there.
+  which Slurm makes their default. v0.0.38 gives no way to set a default (`POST /users` with
+  `default.account` answers 200, creates the user record and sets nothing), so the portal leaves it there.
 - Removing an association (or deleting an account) while jobs are running or pending in it is refused with
-  error 7001 "Job(s) active, cancel job(s) before remove", which the client classes as retryable. Jobs may
-  run for days, so this is not retried by the sync: the account is marked pending with that message, and
-  the periodic reconcile removes the association once the jobs have ended.
+  error 7001 "Job(s) active, cancel job(s) before remove" (once slurmdbd has heard of the job, a moment after
+  its submission), which the client classes as retryable. Jobs may run for days, so the sync does not retry
+  it: the account is marked pending with that message, and the periodic reconcile removes the association
+  once the jobs have ended.
 - `GET /associations?account=A` answers HTTP 500 with error 9003 "Nothing found with query: Nothing found"
   when no association matches, instead of an empty list.
 - Creating an account that exists succeeds and *moves* its association under the parent given, users and

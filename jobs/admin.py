@@ -98,6 +98,7 @@ class ClusterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 class ClusterAccountAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("user", "cluster", "username")
     list_filter = ("cluster",)
+    list_select_related = ("user", "cluster")
     search_fields = ("user__username", "username")
     autocomplete_fields = ("user",)
 
