@@ -6,7 +6,7 @@ DB_NAME ?= gpuportal
 .PHONY: demo test venv services cluster database migrate seed portal stop lint bench
 
 demo: cluster database seed portal ## Everything, with demo data, on http://127.0.0.1:8000
-	@$(PY) manage.py shell -v 0 -c "from jobs.tasks import cluster_sync_all; cluster_sync_all.delay()"
+	@$(PY) manage.py shell -v 0 -c "from jobs.tasks import cluster_sync_all, slurm_reconcile_all; cluster_sync_all.delay(); slurm_reconcile_all.delay()"
 	@echo
 	@echo "The portal is running on http://127.0.0.1:8000/"
 	@echo "  Django admin:   http://127.0.0.1:8000/admin/   health: http://127.0.0.1:8000/healthz"
