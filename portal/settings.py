@@ -134,6 +134,9 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api_errors.api_exception_handler",
     "DEFAULT_THROTTLE_RATES": {"login": env_str("API_LOGIN_THROTTLE_RATE", "10/min")},
+    # Throttles key on the client address. With 0, X-Forwarded-For is ignored (a client could forge it);
+    # behind N trusted reverse proxies set PORTAL_NUM_PROXIES=N.
+    "NUM_PROXIES": env_int("PORTAL_NUM_PROXIES", 0),
 }
 
 SPECTACULAR_SETTINGS = {

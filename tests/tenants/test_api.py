@@ -317,6 +317,16 @@ def test_password_guessing_on_the_token_endpoint_is_throttled(acme: dict[str, An
         for i in range(12)
     ]
     assert statuses == [401] * 10 + [429, 429]
+    # A forged X-Forwarded-For does not buy fresh attempts.
+    forged = call(
+        Client(),
+        "POST",
+        "/api/v1/tokens/",
+        {"name": "x", "username": "bob", "password": "guess"},
+        HTTP_X_FORWARDED_FOR="203.0.113.9",
+    )
+    assert forged.status_code == 429
+    assert forged.json()["message"].startswith("Request was throttled.")
     cache.clear()
 
 
@@ -367,3 +377,23 @@ def test_tenant_members_outside_a_project_are_told_they_have_no_role(acme: dict[
     add_tenant_member(acme["tenant"], newcomer)
     body = assert_error(call(logged_in(newcomer), "GET", "/api/v1/tenants/acme/projects/vision/"), 403)
     assert body["message"].endswith("in project 'acme/vision'; you have no role in it.")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["/api/v1/tenants/", "/api/v1/projects/", "/api/v1/tenants/acme/members/", "/api/v1/audit-events/"],
+)
+def test_list_queries_do_not_grow_with_the_rows(
+    acme: dict[str, Any], url: str, django_assert_max_num_queries: Any
+) -> None:
+    client = logged_in(acme["admin"])
+    client.get(url)  # warm the session
+    with django_assert_max_num_queries(100) as few:
+        assert client.get(url).status_code == 200
+    for index in range(10):
+        project = make_project(acme["tenant"], f"more{index}")
+        add_project_member(project, make_user(f"extra{index}"), "member")
+        make_tenant(f"other{index}", admin=acme["admin"])
+    with django_assert_max_num_queries(len(few.captured_queries)) as many:
+        assert client.get(url).status_code == 200
+    assert len(many.captured_queries) == len(few.captured_queries)
