@@ -16,8 +16,8 @@ from rest_framework.views import APIView
 
 from jobs.models import ProjectSlurmAccount, SlurmDriftKind
 from jobs.selectors import project_slurm_account_list, slurm_drift_report_list
+from portal.api_errors import ERRORS
 from portal.api_pagination import PagePagination
-from tenants.apis import ERRORS
 from tenants.selectors import ProjectAction, is_portal_admin, project_get_for_user
 
 

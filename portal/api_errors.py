@@ -8,17 +8,26 @@ unknown routes or crashes under `/api/` all come out in this shape.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from rest_framework import exceptions, status
+from drf_spectacular.utils import OpenApiResponse, inline_serializer
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-logger = logging.getLogger(__name__)
+# The shape, for the OpenAPI schema: `responses={200: ..., **ERRORS}` documents the error replies.
+ERROR_SHAPE = inline_serializer(
+    name="Error",
+    fields={
+        "code": serializers.CharField(),
+        "message": serializers.CharField(),
+        "fields": serializers.DictField(child=serializers.ListField(child=serializers.CharField())),
+    },
+)
+ERRORS = {code: OpenApiResponse(ERROR_SHAPE) for code in (400, 401, 403, 404)}
 
 
 def error_body(*, code: str, message: str, fields: dict[str, list[str]] | None = None) -> dict[str, Any]:

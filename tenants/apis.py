@@ -15,13 +15,14 @@ from django.contrib.auth import authenticate
 from django.core.validators import RegexValidator
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import exceptions, generics, serializers, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 
+from portal.api_errors import ERRORS
 from tenants import selectors, services
 from tenants.authentication import BearerTokenAuthentication
 from tenants.models import (
@@ -37,17 +38,6 @@ from tenants.models import (
     TenantRole,
 )
 from tenants.selectors import ProjectAction, TenantAction
-
-ERROR_SHAPE = inline_serializer(
-    name="Error",
-    fields={
-        "code": serializers.CharField(),
-        "message": serializers.CharField(),
-        "fields": serializers.DictField(child=serializers.ListField(child=serializers.CharField())),
-    },
-)
-ERRORS = {code: OpenApiResponse(ERROR_SHAPE) for code in (400, 401, 403, 404)}
-
 
 # Output serializers ------------------------------------------------------------------------------------
 
