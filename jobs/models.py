@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 
 from jobs.slurm.types import NodeState
@@ -46,7 +47,16 @@ class ClusterAccount(models.Model):
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="accounts")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="cluster_accounts")
-    username = models.CharField(max_length=32)
+    username = models.CharField(
+        max_length=32,
+        validators=[
+            RegexValidator(
+                r"^[a-z_][a-z0-9_-]{0,31}$",
+                "A POSIX user name: lower-case letters, digits, '_' and '-', starting with a letter or '_'.",
+            )
+        ],
+        help_text="The user's login name on the cluster; their jobs run as this user.",
+    )
 
     class Meta:
         constraints = [

@@ -72,3 +72,22 @@ def test_tenant_and_project_pages_render(admin_client_logged_in: Client) -> None
     assert admin_client_logged_in.get(f"/admin/tenants/tenant/{tenant.pk}/change/").status_code == 200
     assert admin_client_logged_in.get(f"/admin/tenants/project/{project.pk}/change/").status_code == 200
     assert admin_client_logged_in.get("/admin/jobs/clusteraccount/add/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_cluster_username_that_is_not_a_posix_name_is_refused_in_the_admin(
+    admin_client_logged_in: Client, synced_cluster: Cluster
+) -> None:
+    from jobs.models import ClusterAccount
+
+    user = get_user_model().objects.create_user(username="dora")
+    form = {"cluster": synced_cluster.pk, "user": user.pk, "username": "dora; rm -rf /"}
+    response = admin_client_logged_in.post("/admin/jobs/clusteraccount/add/", form)
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {
+        "username": ["A POSIX user name: lower-case letters, digits, '_' and '-', starting with a letter or '_'."]
+    }
+    assert not ClusterAccount.objects.filter(user=user).exists()
+    form["username"] = "dora"
+    assert admin_client_logged_in.post("/admin/jobs/clusteraccount/add/", form).status_code == 302
+    assert ClusterAccount.objects.get(user=user).username == "dora"
