@@ -6,8 +6,13 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
 
-from jobs.selectors import cluster_list_active, cluster_status
+from jobs.job_services import job_event, job_group, project_jobs_group
+from jobs.models import ACTIVE_JOB_STATES
+from jobs.selectors import cluster_list_active, cluster_status, job_get_for_user, job_list_for_user
+from tenants.selectors import project_get_for_user
 
 CLUSTER_STATUS_GROUP = "cluster-status"
 
@@ -41,3 +46,59 @@ class ClusterStatusConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
 def _current_statuses() -> list[dict[str, object]]:
     return [cluster_status(cluster=cluster) for cluster in cluster_list_active()]
+
+
+class _JobWatchConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+    """Pushes `{"type": "job.update", "job": {...}}` for each change of the watched jobs.
+
+    Authorisation happens once, in `connect`, through the access helpers; refused connections close with
+    4401 (not logged in), 4403 (role too low) or 4404 (nothing the user may see there).
+    """
+
+    group: str = ""
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        try:
+            self.group, snapshot = await database_sync_to_async(self.authorise)(user)
+        except Http404:
+            await self.close(code=4404)
+            return
+        except PermissionDenied:
+            await self.close(code=4403)
+            return
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        for job in snapshot:
+            await self.send_json({"type": "job.update", "job": job})
+
+    def authorise(self, user: Any) -> tuple[str, list[dict[str, Any]]]:
+        raise NotImplementedError
+
+    async def disconnect(self, code: int) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def job_update(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": "job.update", "job": event["job"]})
+
+
+class ProjectJobsConsumer(_JobWatchConsumer):
+    """`/ws/projects/{tenant}/{project}/jobs/`: the project's active jobs now, then every job change in it."""
+
+    def authorise(self, user: Any) -> tuple[str, list[dict[str, Any]]]:
+        kwargs = self.scope["url_route"]["kwargs"]
+        project = project_get_for_user(user=user, tenant_slug=kwargs["tenant"], project_slug=kwargs["project"])
+        active = job_list_for_user(user=user).filter(project=project, state__in=list(ACTIVE_JOB_STATES))
+        return project_jobs_group(project.pk), [job_event(job) for job in active[:200]]
+
+
+class JobConsumer(_JobWatchConsumer):
+    """`/ws/jobs/{id}/`: the job's state now, then each change."""
+
+    def authorise(self, user: Any) -> tuple[str, list[dict[str, Any]]]:
+        job = job_get_for_user(user=user, job_id=self.scope["url_route"]["kwargs"]["job_id"])
+        return job_group(job.pk), [job_event(job)]

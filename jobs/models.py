@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
+from django.utils import timezone
 
 from jobs.slurm.types import NodeState
 
@@ -32,6 +35,10 @@ class Cluster(models.Model):
     last_ping_latency_ms = models.FloatField(null=True, blank=True)
     last_ping_error = models.TextField(blank=True)
     inventory_synced_at = models.DateTimeField(null=True, blank=True)
+    # The job sync asks Slurm only for changes since `jobs_listed_at` (slurmctld's time of its last listing).
+    jobs_listed_at = models.DateTimeField(null=True, blank=True)
+    jobs_synced_at = models.DateTimeField(null=True, blank=True)
+    jobs_sync_error = models.TextField(blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -198,3 +205,174 @@ class SlurmDriftReport(models.Model):
     @property
     def unrepaired_count(self) -> int:
         return sum(1 for finding in self.findings if not finding.get("repaired"))
+
+
+# Jobs --------------------------------------------------------------------------------------------------
+
+
+class JobState(models.TextChoices):
+    """A portal job's state. `queued` is the portal's own (accepted, not yet in Slurm); the rest follow Slurm."""
+
+    QUEUED = "queued", "Queued"
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    TIMEOUT = "timeout", "Timed out"
+    NODE_FAIL = "node_fail", "Node failure"
+    REJECTED = "rejected", "Rejected"
+
+
+FINAL_JOB_STATES = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.NODE_FAIL,
+        JobState.REJECTED,
+    }
+)
+ACTIVE_JOB_STATES = frozenset(JobState) - FINAL_JOB_STATES
+
+
+class Job(models.Model):
+    """A batch job: submitted through the portal, or found in a project's Slurm account (`is_external`).
+
+    The id is the portal's; it travels to Slurm in the job's comment so a retry can find a job that a
+    lost reply left unrecorded. Output paths are chosen by the portal under the cluster's log root.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey("tenants.Project", on_delete=models.PROTECT, related_name="jobs")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="jobs")
+    # Empty for external jobs whose Slurm user has no portal account on the cluster.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs", null=True, blank=True
+    )
+    cluster_username = models.CharField(max_length=32, help_text="The POSIX user the job runs as")
+    is_external = models.BooleanField(default=False, help_text="Submitted outside the portal; read-only")
+
+    name = models.CharField(max_length=200)
+    partition = models.CharField(max_length=64)
+    gpu_type = models.CharField(max_length=64, blank=True)
+    gpus = models.PositiveIntegerField()
+    cpus = models.PositiveIntegerField(null=True, blank=True)
+    memory_gb = models.PositiveIntegerField(null=True, blank=True)
+    time_limit_minutes = models.PositiveIntegerField()
+    script = models.TextField(blank=True)
+    environment = models.JSONField(default=dict, blank=True)
+    template_id = models.CharField(max_length=64, blank=True, help_text="The template it was made from, if any")
+
+    working_directory = models.CharField(max_length=1000, blank=True)
+    stdout_path = models.CharField(max_length=1000, blank=True)
+    stderr_path = models.CharField(max_length=1000, blank=True)
+
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+    # Slurm's own words: its state (e.g. OUT_OF_MEMORY, COMPLETING) and its reason (e.g. Priority).
+    slurm_state = models.CharField(max_length=32, blank=True)
+    state_reason = models.CharField(max_length=200, blank=True)
+    last_error = models.TextField(blank=True, help_text="Why the job is not in Slurm yet, or why it was rejected")
+
+    slurm_job_id = models.PositiveBigIntegerField(null=True, blank=True)
+    slurm_submit_time = models.DateTimeField(null=True, blank=True)
+    nodes = models.CharField(max_length=500, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    # Delivery of the submission: how many times a worker tried, and until when the current try holds it.
+    submit_attempts = models.PositiveIntegerField(default=0)
+    submit_lease_until = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, related_name="+", null=True, blank=True
+    )
+
+    created_at = models.DateTimeField(default=timezone.now, help_text="When the portal accepted it")
+    submitted_at = models.DateTimeField(null=True, blank=True, help_text="When Slurm accepted it")
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["project", "-created_at"], name="job_project_recent"),
+            models.Index(fields=["cluster", "state"], name="job_cluster_state"),
+            models.Index(fields=["user", "-created_at"], name="job_user_recent"),
+        ]
+        constraints = [
+            # Slurm reuses job ids after its state is reset: an external job is known by id and submit time.
+            models.UniqueConstraint(
+                fields=["cluster", "slurm_job_id", "slurm_submit_time"],
+                condition=models.Q(is_external=True),
+                name="job_external_unique_in_cluster",
+            ),
+            models.CheckConstraint(condition=models.Q(gpus__gte=0), name="job_gpus_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.id})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_JOB_STATES
+
+    @property
+    def slurm_comment(self) -> str:
+        return job_comment_tag(self.id)
+
+
+JOB_COMMENT_PREFIX = "gpuportal:"
+
+
+def job_comment_tag(job_id: uuid.UUID) -> str:
+    """The tag a portal job carries in Slurm's comment field: how a retry and the sync recognise it."""
+    return f"{JOB_COMMENT_PREFIX}{job_id}"
+
+
+class JobTransition(models.Model):
+    """One change of a job's state, in order: the job's timeline."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="transitions")
+    from_state = models.CharField(max_length=16, choices=JobState.choices, blank=True)
+    to_state = models.CharField(max_length=16, choices=JobState.choices)
+    at = models.DateTimeField(default=timezone.now)
+    detail = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["job", "at", "id"]
+        indexes = [models.Index(fields=["job", "at"], name="job_transition_timeline")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.from_state or '-'} -> {self.to_state}"
+
+
+class JobTemplate(models.Model):
+    """A project's saved job shape, which its members can reuse (built-in templates live in code)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey("tenants.Project", on_delete=models.CASCADE, related_name="job_templates")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    script = models.TextField()
+    partition = models.CharField(max_length=64, blank=True)
+    gpu_type = models.CharField(max_length=64, blank=True)
+    gpus = models.PositiveIntegerField(default=1)
+    time_limit_minutes = models.PositiveIntegerField(default=60)
+    cpus = models.PositiveIntegerField(null=True, blank=True)
+    memory_gb = models.PositiveIntegerField(null=True, blank=True)
+    environment = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, related_name="+", null=True, blank=True
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["project", "name"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="job_template_name_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.project}: {self.name}"

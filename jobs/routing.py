@@ -2,8 +2,10 @@
 
 from django.urls import path
 
-from jobs.consumers import ClusterStatusConsumer
+from jobs.consumers import ClusterStatusConsumer, JobConsumer, ProjectJobsConsumer
 
 websocket_urlpatterns = [
     path("ws/clusters/", ClusterStatusConsumer.as_asgi()),
+    path("ws/projects/<str:tenant>/<str:project>/jobs/", ProjectJobsConsumer.as_asgi()),
+    path("ws/jobs/<uuid:job_id>/", JobConsumer.as_asgi()),
 ]

@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import enum
+import uuid
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from django.db.models import QuerySet
+from django.core.exceptions import PermissionDenied
+from django.db.models import Prefetch, QuerySet
+from django.http import Http404
 
-from jobs.models import Cluster, ClusterAccount, ProjectSlurmAccount, SlurmDriftReport
+from jobs.models import (
+    Cluster,
+    ClusterAccount,
+    GpuType,
+    Job,
+    JobState,
+    JobTemplate,
+    JobTransition,
+    Partition,
+    ProjectSlurmAccount,
+    SlurmDriftReport,
+)
 from tenants.models import SUBMITTING_PROJECT_ROLES, Project, ProjectMembership, Tenant
+from tenants.selectors import AnyUser, ProjectAction, is_portal_admin, project_get_by_id_for_user, project_list_for_user
 
 
 def cluster_list_active() -> QuerySet[Cluster]:
@@ -131,3 +147,100 @@ def slurm_drift_report_list(*, cluster_name: str | None = None) -> QuerySet[Slur
     if cluster_name:
         reports = reports.filter(cluster__name=cluster_name)
     return reports
+
+
+# Clusters a user may submit to ---------------------------------------------------------------------------
+
+
+def cluster_list_for_user(*, user: AnyUser) -> QuerySet[Cluster]:
+    """Active clusters where the user has a username (all active ones for portal admins), with their
+    partitions and GPU types prefetched: a constant number of queries whatever their count."""
+    if not user.is_authenticated:
+        return Cluster.objects.none()
+    clusters = cluster_list_active().prefetch_related(
+        Prefetch("partitions", queryset=Partition.objects.order_by("name")),
+        Prefetch("gpu_types", queryset=GpuType.objects.order_by("name")),
+        Prefetch("accounts", queryset=ClusterAccount.objects.filter(user=user.pk), to_attr="my_accounts"),
+    )
+    if is_portal_admin(user):
+        return clusters
+    return clusters.filter(accounts__user=user.pk)
+
+
+def cluster_get_for_user(*, user: AnyUser, name: str) -> Cluster:
+    cluster = cluster_list_for_user(user=user).filter(name=name).first()
+    if cluster is None:
+        raise Http404(f"No cluster '{name}' exists among the ones you can submit to; see GET /api/v1/clusters/.")
+    return cluster
+
+
+# Jobs --------------------------------------------------------------------------------------------------
+
+
+class JobAction(enum.Enum):
+    VIEW = "view"  # anyone who may view the project
+    CANCEL = "cancel"  # the job's owner, project managers, tenant admins
+
+
+def job_list_for_user(*, user: AnyUser) -> QuerySet[Job]:
+    """Jobs in projects the user may view, newest first, with what a list row shows joined in."""
+    if not user.is_authenticated:
+        return Job.objects.none()
+    jobs = Job.objects.select_related("project__tenant", "cluster", "user").order_by("-created_at", "-id")
+    if is_portal_admin(user):
+        return jobs
+    return jobs.filter(project__in=project_list_for_user(user=user).values("pk"))
+
+
+def _job_not_found(job_id: object) -> Http404:
+    return Http404(f"No job '{job_id}' exists among the ones you can see; check the id or ask for access.")
+
+
+def job_get_for_user(*, user: AnyUser, job_id: uuid.UUID | str, action: JobAction = JobAction.VIEW) -> Job:
+    """The job if `user` may do `action` on it: 404 for users who may not see its project, 403 otherwise."""
+    try:
+        job_uuid = job_id if isinstance(job_id, uuid.UUID) else uuid.UUID(str(job_id))
+    except ValueError:
+        raise _job_not_found(job_id) from None
+    job = (
+        Job.objects.select_related("project__tenant", "cluster", "user")
+        .prefetch_related(Prefetch("transitions", queryset=JobTransition.objects.order_by("at", "id")))
+        .filter(pk=job_uuid)
+        .first()
+    )
+    if job is None:
+        raise _job_not_found(job_id)
+    try:
+        project_get_by_id_for_user(user=user, project_id=job.project_id, action=ProjectAction.VIEW)
+    except Http404:
+        raise _job_not_found(job_id) from None
+    if action is JobAction.CANCEL:
+        is_owner = job.user_id is not None and job.user_id == user.pk
+        if not is_owner:
+            try:
+                project_get_by_id_for_user(user=user, project_id=job.project_id, action=ProjectAction.MANAGE)
+            except PermissionDenied:
+                raise PermissionDenied(
+                    f"Only the job's owner, the managers of project '{job.project}' and its tenant's admins "
+                    "may cancel this job."
+                ) from None
+    return job
+
+
+def job_ids_active_on_cluster(*, cluster: Cluster) -> QuerySet[Job]:
+    return Job.objects.filter(cluster=cluster, state__in=[JobState.PENDING, JobState.RUNNING])
+
+
+# Templates -----------------------------------------------------------------------------------------------
+
+
+def job_template_list_for_user(*, user: AnyUser, project: Project | None = None) -> QuerySet[JobTemplate]:
+    """Saved templates of the projects the user may view (of `project` only, when given)."""
+    templates = JobTemplate.objects.select_related("project__tenant", "created_by").order_by(
+        "project__tenant__slug", "project__slug", "name"
+    )
+    if project is not None:
+        return templates.filter(project=project)
+    if is_portal_admin(user):
+        return templates
+    return templates.filter(project__in=project_list_for_user(user=user).values("pk"))

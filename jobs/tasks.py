@@ -1,12 +1,14 @@
-"""Celery tasks for clusters and their Slurm accounts: thin wrappers that load by id and call one service."""
+"""Celery tasks for clusters, their Slurm accounts and jobs: thin wrappers that load by id and call one service."""
 
 from __future__ import annotations
 
 import logging
+import uuid
 
 from celery import shared_task
+from django.conf import settings
 
-from jobs import accounts
+from jobs import accounts, job_sync
 from jobs.clusters import slurm_client_for
 from jobs.models import Cluster
 from jobs.services import cluster_check, cluster_sync_inventory
@@ -66,3 +68,55 @@ def cluster_slurm_reconcile(cluster_id: int) -> None:
 def slurm_reconcile_all() -> None:
     for cluster_id in Cluster.objects.filter(is_active=True).values_list("pk", flat=True):
         cluster_slurm_reconcile.delay(cluster_id)
+
+
+# Jobs ----------------------------------------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True, soft_time_limit=60, time_limit=90)
+def job_submit(job_id: str) -> None:
+    """Deliver a queued job to Slurm exactly once; retryable failures schedule the next attempt here."""
+    delivery = job_sync.job_deliver(job_id=uuid.UUID(job_id))
+    if delivery.retry_in is not None:
+        job_submit.apply_async((job_id,), countdown=delivery.retry_in)
+
+
+@shared_task(
+    ignore_result=True,
+    soft_time_limit=60,
+    time_limit=90,
+    autoretry_for=(SlurmRetryableError,),
+    retry_backoff=5,
+    retry_backoff_max=300,
+    retry_jitter=True,
+    max_retries=20,
+)
+def job_cancel(job_id: str) -> None:
+    """Cancel a job in Slurm; a repeat after the job ended does nothing."""
+    job_sync.job_cancel_in_slurm(job_id=uuid.UUID(job_id))
+
+
+@shared_task(ignore_result=True, soft_time_limit=120, time_limit=180)
+def cluster_jobs_sync(cluster_id: int) -> None:
+    """Follow the cluster's jobs from one Slurm listing, and requeue deliveries whose message was lost."""
+    cluster = Cluster.objects.filter(pk=cluster_id, is_active=True).first()
+    if cluster is None:
+        return
+    try:
+        result = job_sync.cluster_jobs_sync(cluster=cluster, client=slurm_client_for(cluster))
+    except SlurmError as exc:
+        # Queued jobs wait; the next beat tick tries again.
+        Cluster.objects.filter(pk=cluster.pk).update(jobs_sync_error=str(exc)[:2000])
+        logger.warning("cluster %s: job sync failed: %s", cluster.name, exc)
+        requeued = job_sync.jobs_requeue_overdue(cluster=cluster)
+    else:
+        requeued = result.requeued_ids
+    for job_id in requeued:
+        job_submit.delay(str(job_id))
+
+
+@shared_task(ignore_result=True, soft_time_limit=30, time_limit=60)
+def jobs_sync_all() -> None:
+    # A sync that waited longer than one interval in the queue is stale: the next one replaces it.
+    for cluster_id in Cluster.objects.filter(is_active=True).values_list("pk", flat=True):
+        cluster_jobs_sync.apply_async((cluster_id,), expires=2 * settings.JOB_SYNC_INTERVAL_SECONDS)

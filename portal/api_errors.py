@@ -18,6 +18,8 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
+from portal.errors import Conflict
+
 # The shape, for the OpenAPI schema: `responses={200: ..., **ERRORS}` documents the error replies.
 ERROR_SHAPE = inline_serializer(
     name="Error",
@@ -28,6 +30,13 @@ ERROR_SHAPE = inline_serializer(
     },
 )
 ERRORS = {code: OpenApiResponse(ERROR_SHAPE) for code in (400, 401, 403, 404)}
+ERRORS_WITH_CONFLICT = {**ERRORS, 409: OpenApiResponse(ERROR_SHAPE)}
+
+
+class ConflictError(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+    default_detail = "The object's current state does not allow this."
 
 
 def error_body(*, code: str, message: str, fields: dict[str, list[str]] | None = None) -> dict[str, Any]:
@@ -69,6 +78,8 @@ def _as_drf(exc: Exception) -> Exception:
         return exceptions.NotFound(str(exc) or "Nothing is here; check the address.")
     if isinstance(exc, DjangoPermissionDenied):
         return exceptions.PermissionDenied(str(exc) or "You may not do this.")
+    if isinstance(exc, Conflict):
+        return ConflictError(str(exc) or None)
     return exc
 
 

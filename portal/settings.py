@@ -89,10 +89,16 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# How often beat asks each cluster for job changes (one listing with update_time per cluster).
+JOB_SYNC_INTERVAL_SECONDS = env_int("JOB_SYNC_INTERVAL_SECONDS", 5)
 CELERY_BEAT_SCHEDULE = {
     "sync-all-clusters": {
         "task": "jobs.tasks.cluster_sync_all",
         "schedule": env_int("CLUSTER_SYNC_INTERVAL_SECONDS", 30),
+    },
+    "sync-all-jobs": {
+        "task": "jobs.tasks.jobs_sync_all",
+        "schedule": JOB_SYNC_INTERVAL_SECONDS,
     },
     "reconcile-slurm-accounts": {
         "task": "jobs.tasks.slurm_reconcile_all",
@@ -159,6 +165,17 @@ SPECTACULAR_SETTINGS = {
 SLURM_TOKEN_LIFESPAN_SECONDS = env_int("SLURM_TOKEN_LIFESPAN_SECONDS", 300)
 SLURM_HTTP_TIMEOUT_SECONDS = float(env_str("SLURM_HTTP_TIMEOUT_SECONDS", "10"))
 SLURM_HTTP_MAX_CONNECTIONS = env_int("SLURM_HTTP_MAX_CONNECTIONS", 10)
+
+# Jobs: limits on what a submission may carry, and how the workers deliver and follow jobs.
+JOB_SCRIPT_MAX_BYTES = env_int("JOB_SCRIPT_MAX_BYTES", 256 * 1024)
+JOB_ENVIRONMENT_MAX_BYTES = env_int("JOB_ENVIRONMENT_MAX_BYTES", 64 * 1024)
+# How long one worker holds a job while submitting it; after that another may take over (and looks first).
+JOB_SUBMIT_LEASE_SECONDS = env_int("JOB_SUBMIT_LEASE_SECONDS", 60)
+# A queued job whose retry is this overdue (its message lost with Redis or a killed worker) is requeued.
+JOB_SUBMIT_SWEEP_GRACE_SECONDS = env_int("JOB_SUBMIT_SWEEP_GRACE_SECONDS", 30)
+# Retries back off from 5 s to this cap; after JOB_SUBMIT_GIVE_UP_HOURS in the queue a job is rejected.
+JOB_SUBMIT_RETRY_MAX_SECONDS = env_int("JOB_SUBMIT_RETRY_MAX_SECONDS", 300)
+JOB_SUBMIT_GIVE_UP_HOURS = env_int("JOB_SUBMIT_GIVE_UP_HOURS", 24)
 
 # The local development cluster that `make cluster` starts; `seed_demo` registers it as "local".
 LOCAL_CLUSTER_URL = env_str("LOCAL_CLUSTER_URL", "http://127.0.0.1:6820")

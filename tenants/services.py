@@ -16,6 +16,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Model
 from django.utils import timezone
 
 from tenants.models import (
@@ -45,7 +46,7 @@ def audit_record(
     *,
     actor: Actor,
     action: str,
-    target: Tenant | Project | TenantMembership | ProjectMembership | ApiToken,
+    target: Model,
     tenant: Tenant | None,
     before: dict[str, Any] | None,
     after: dict[str, Any] | None,

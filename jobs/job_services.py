@@ -1,0 +1,541 @@
+"""Writes for jobs on the web side: accept a submission, request a cancel, save templates, push changes.
+
+Nothing here calls Slurm: accepted work is handed to the workers with `transaction.on_commit`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.db import models, transaction
+from django.utils import timezone
+
+from jobs.models import Cluster, ClusterAccount, Job, JobState, JobTemplate, JobTransition, Partition
+from jobs.paths import job_paths
+from jobs.reasons import pending_reason_text
+from jobs.templates import BUILTIN_TEMPLATES
+from portal.errors import Conflict
+from tenants.models import Project
+from tenants.services import audit_record
+
+logger = logging.getLogger(__name__)
+
+# Slurm takes a job name up to 200 characters (longer ones are cut); control characters would corrupt
+# squeue's output and our logs.
+JOB_NAME_MAX_LENGTH = 200
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+_ENVIRONMENT_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Slurm sets these itself; a value from the user would be overwritten or would confuse the job.
+_RESERVED_ENVIRONMENT_PREFIXES = ("SLURM_", "SBATCH_")
+MAX_ENVIRONMENT_ENTRIES = 200
+
+
+# Channel groups ----------------------------------------------------------------------------------------
+
+
+def project_jobs_group(project_id: int) -> str:
+    return f"jobs.project.{project_id}"
+
+
+def job_group(job_id: uuid.UUID | str) -> str:
+    return f"jobs.job.{job_id}"
+
+
+def job_event(job: Job) -> dict[str, Any]:
+    """What watchers of a project or a job receive on each change (no script, no environment)."""
+    return {
+        "id": str(job.id),
+        "project": f"{job.project.tenant.slug}/{job.project.slug}",
+        "cluster": job.cluster.name,
+        "name": job.name,
+        "user": job.user.username if job.user else None,
+        "cluster_username": job.cluster_username,
+        "is_external": job.is_external,
+        "state": job.state,
+        "slurm_state": job.slurm_state,
+        "state_reason": job.state_reason,
+        "pending_reason": pending_reason_text(job.state_reason) if job.state == JobState.PENDING else "",
+        "last_error": job.last_error,
+        "slurm_job_id": job.slurm_job_id,
+        "nodes": job.nodes,
+        "exit_code": job.exit_code,
+        "gpus": job.gpus,
+        "gpu_type": job.gpu_type,
+        "started_at": _iso(job.started_at),
+        "ended_at": _iso(job.ended_at),
+        "updated_at": _iso(job.updated_at),
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def jobs_push(job_ids: Iterable[uuid.UUID]) -> None:
+    """Send the current state of these jobs to their project's and their own watchers.
+
+    Called after commit. A lost push only delays what watchers see: the database holds the truth, and
+    pages and streams re-read it when they connect.
+    """
+    ids = list(job_ids)
+    if not ids:
+        return
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    jobs = Job.objects.filter(pk__in=ids).select_related("project__tenant", "cluster", "user")
+    try:
+        for job in jobs:
+            message = {"type": "job.update", "job": job_event(job)}
+            async_to_sync(layer.group_send)(project_jobs_group(job.project_id), message)
+            async_to_sync(layer.group_send)(job_group(job.id), message)
+    except Exception:  # Redis down must not fail the write that has already committed.
+        logger.warning("could not push job changes to watchers", exc_info=True)
+
+
+def job_transition(*, job: Job, to_state: JobState, detail: str = "", at: datetime | None = None) -> JobTransition:
+    """Record a change of state on `job` (the caller saves the job in the same transaction)."""
+    transition = JobTransition(job=job, from_state=job.state, to_state=to_state, at=at or timezone.now(), detail=detail)
+    job.state = to_state
+    return transition
+
+
+# Submit ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A submission as the API or a page received it; None means "not given" (a template or default fills it)."""
+
+    cluster: str
+    partition: str | None = None
+    gpus: int | None = None
+    gpu_type: str | None = None
+    time_limit_minutes: int | None = None
+    name: str | None = None
+    script: str | None = None
+    environment: Mapping[str, str] | None = None
+    cpus: int | None = None
+    memory_gb: int | None = None
+    template: str | None = None
+
+
+def job_submit(*, user: User, project: Project, request: JobRequest) -> Job:
+    """Validate a submission against the cluster as last synced, store it `queued` and hand it to a worker.
+
+    The caller has checked that `user` may submit to `project`. Every problem is reported at once, per
+    field, with what to change.
+    """
+    values = _with_template_defaults(project=project, request=request)
+    cluster, problems = _validated(user=user, values=values)
+    if problems:
+        raise ValidationError(problems)
+    assert cluster is not None
+    username = ClusterAccount.objects.get(cluster=cluster, user=user).username
+    job_id = uuid.uuid4()
+    paths = job_paths(
+        log_root=cluster.log_root, tenant_slug=project.tenant.slug, project_slug=project.slug, job_id=job_id
+    )
+    now = timezone.now()
+    with transaction.atomic():
+        job = Job(
+            id=job_id,
+            project=project,
+            cluster=cluster,
+            user=user,
+            cluster_username=username,
+            name=values["name"],
+            partition=values["partition"],
+            gpu_type=values["gpu_type"] or "",
+            gpus=values["gpus"],
+            cpus=values["cpus"],
+            memory_gb=values["memory_gb"],
+            time_limit_minutes=values["time_limit_minutes"],
+            script=values["script"],
+            environment=dict(values["environment"]),
+            template_id=values["template"] or "",
+            working_directory=paths.working_directory,
+            stdout_path=paths.stdout,
+            stderr_path=paths.stderr,
+            state=JobState.QUEUED,
+            created_at=now,
+            updated_at=now,
+            next_attempt_at=now,
+        )
+        job.save(force_insert=True)
+        JobTransition.objects.create(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted")
+        transaction.on_commit(lambda: _enqueue_submit(job.id))
+        transaction.on_commit(lambda: jobs_push([job.id]))
+    return job
+
+
+def _enqueue_submit(job_id: uuid.UUID) -> None:
+    from jobs.tasks import job_submit as job_submit_task  # tasks import services; import late
+
+    try:
+        job_submit_task.delay(str(job_id))
+    except Exception:  # broker down: the job is stored, and the workers' sweep submits it when it returns
+        logger.warning("job %s: could not enqueue its submission; the sweep will pick it up", job_id, exc_info=True)
+
+
+def _with_template_defaults(*, project: Project, request: JobRequest) -> dict[str, Any]:
+    given = {
+        "cluster": request.cluster,
+        "partition": request.partition,
+        "gpus": request.gpus,
+        "gpu_type": request.gpu_type,
+        "time_limit_minutes": request.time_limit_minutes,
+        "name": request.name,
+        "script": request.script,
+        "environment": request.environment,
+        "cpus": request.cpus,
+        "memory_gb": request.memory_gb,
+        "template": request.template,
+    }
+    if not request.template:
+        return given
+    template = job_template_resolve(project=project, template_id=request.template)
+    if template is None:
+        raise ValidationError(
+            {
+                "template": [
+                    f"No template '{request.template}' exists for project '{project}'; see GET /api/v1/job-templates/."
+                ]
+            }
+        )
+    for key in ("partition", "gpus", "gpu_type", "time_limit_minutes", "script", "cpus", "memory_gb"):
+        if given[key] is None:
+            given[key] = getattr(template, key) or None
+    if given["name"] is None:
+        given["name"] = template.name
+    if given["environment"] is None:
+        given["environment"] = dict(template.environment)
+    return given
+
+
+def _validated(*, user: User, values: dict[str, Any]) -> tuple[Cluster | None, dict[str, list[str]]]:
+    """Fill defaults into `values` and return the cluster and every problem found, per field."""
+    problems: dict[str, list[str]] = {}
+
+    def problem(field: str, message: str) -> None:
+        problems.setdefault(field, []).append(message)
+
+    cluster = Cluster.objects.filter(name=values["cluster"], is_active=True).first()
+    if cluster is None:
+        names = ", ".join(Cluster.objects.filter(is_active=True).values_list("name", flat=True)) or "none yet"
+        problem("cluster", f"There is no active cluster '{values['cluster']}'; choose one of: {names}.")
+        return None, problems
+    if not ClusterAccount.objects.filter(cluster=cluster, user=user).exists():
+        problem(
+            "cluster",
+            f"You have no username on cluster '{cluster.name}', so your jobs cannot run there; "
+            "ask a portal admin to add your cluster account.",
+        )
+
+    partitions = {partition.name: partition for partition in cluster.partitions.all()}
+    partition = _partition_for(values, partitions, problem, cluster)
+    _validate_gpus(values, partition, cluster, problem)
+    _validate_time_limit(values, partition, problem)
+    _validate_resources(values, partition, cluster, problem)
+    _validate_name(values, problem)
+    _validate_script(values, problem)
+    _validate_environment(values, problem)
+    return cluster, problems
+
+
+def _partition_for(
+    values: dict[str, Any], partitions: dict[str, Partition], problem: Any, cluster: Cluster
+) -> Partition | None:
+    if not partitions:
+        problem("partition", f"Cluster '{cluster.name}' has not been synced yet; try again in a minute.")
+        return None
+    name = values["partition"]
+    if not name:
+        default = next((p for p in partitions.values() if p.is_default), None)
+        if default is None:
+            problem("partition", f"Choose a partition: {', '.join(sorted(partitions))}.")
+            return None
+        values["partition"] = default.name
+        return default
+    if name not in partitions:
+        problem(
+            "partition",
+            f"Cluster '{cluster.name}' has no partition '{name}'; choose one of: {', '.join(sorted(partitions))}.",
+        )
+        return None
+    return partitions[name]
+
+
+def _validate_gpus(values: dict[str, Any], partition: Partition | None, cluster: Cluster, problem: Any) -> None:
+    gpu_type = values["gpu_type"] or None
+    values["gpu_type"] = gpu_type
+    if values["gpus"] is None:
+        values["gpus"] = 1
+    gpus = values["gpus"]
+    if partition is None:
+        return
+    if gpu_type is not None and gpu_type not in partition.gpu_types:
+        offered = ", ".join(partition.gpu_types) or "none"
+        problem("gpu_type", f"Partition '{partition.name}' has no GPUs of type '{gpu_type}'; it offers: {offered}.")
+        return
+    per_node = partition.max_gpus_per_node
+    if gpu_type is not None:
+        gpu = cluster.gpu_types.filter(name=gpu_type).first()
+        per_node = min(per_node, gpu.max_gpus_per_node) if gpu else per_node
+    if gpus < 1:
+        problem("gpus", "Ask for at least 1 GPU.")
+    elif gpus > per_node:
+        kind = f"{gpu_type} " if gpu_type else ""
+        problem(
+            "gpus",
+            f"A job runs on one node, and the nodes of partition '{partition.name}' have at most {per_node} "
+            f"{kind}GPUs; ask for {per_node} or fewer.",
+        )
+
+
+def _validate_time_limit(values: dict[str, Any], partition: Partition | None, problem: Any) -> None:
+    if values["time_limit_minutes"] is None:
+        default = partition.default_time_minutes if partition else None
+        values["time_limit_minutes"] = min(default or 60, partition.max_time_minutes or 60) if partition else 60
+    minutes = values["time_limit_minutes"]
+    if minutes < 1:
+        problem("time_limit_minutes", "The time limit must be at least 1 minute.")
+    elif partition is not None and partition.max_time_minutes is not None and minutes > partition.max_time_minutes:
+        problem(
+            "time_limit_minutes",
+            f"Partition '{partition.name}' allows at most {partition.max_time_minutes} minutes "
+            f"({_duration(partition.max_time_minutes)}); ask for less or use another partition.",
+        )
+
+
+def _duration(minutes: int) -> str:
+    days, rest = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rest, 60)
+    parts = [f"{days} d" if days else "", f"{hours} h" if hours else "", f"{mins} min" if mins else ""]
+    return " ".join(part for part in parts if part) or "0 min"
+
+
+def _validate_resources(values: dict[str, Any], partition: Partition | None, cluster: Cluster, problem: Any) -> None:
+    if partition is None:
+        return
+    nodes = list(cluster.nodes.filter(name__in=partition.node_names).values_list("cpus", "memory_mb"))
+    max_cpus = max((cpus for cpus, _ in nodes), default=0)
+    max_memory_gb = max((memory for _, memory in nodes), default=0) // 1024
+    cpus, memory_gb = values["cpus"], values["memory_gb"]
+    if cpus is not None and (cpus < 1 or (max_cpus and cpus > max_cpus)):
+        problem("cpus", f"Ask for between 1 and {max_cpus} CPUs: the nodes of '{partition.name}' have {max_cpus}.")
+    if memory_gb is not None and (memory_gb < 1 or (nodes and memory_gb > max_memory_gb)):
+        problem(
+            "memory_gb",
+            f"Ask for between 1 and {max_memory_gb} GB of memory: that is what the nodes of '{partition.name}' have.",
+        )
+
+
+def _validate_name(values: dict[str, Any], problem: Any) -> None:
+    name = values["name"]
+    if name is None or not name.strip():
+        values["name"] = "job"
+        return
+    if len(name) > JOB_NAME_MAX_LENGTH:
+        problem("name", f"Use at most {JOB_NAME_MAX_LENGTH} characters; this name has {len(name)}.")
+    if _CONTROL_CHARACTERS.search(name):
+        problem("name", "Remove control characters (such as new lines or tabs) from the name.")
+
+
+def _validate_script(values: dict[str, Any], problem: Any) -> None:
+    script = values["script"]
+    if not script:
+        problem("script", "Give the batch script to run, starting with a line such as '#!/bin/bash'.")
+        return
+    if not script.startswith("#!"):
+        problem("script", "Start the script with an interpreter line such as '#!/bin/bash': Slurm requires one.")
+    size = len(script.encode())
+    limit = settings.JOB_SCRIPT_MAX_BYTES
+    if size > limit:
+        problem(
+            "script",
+            f"The script is {size} bytes; the limit is {limit}. Keep large code in files the script runs.",
+        )
+    if "\x00" in script:
+        problem("script", "Remove the NUL characters from the script.")
+
+
+def _validate_environment(values: dict[str, Any], problem: Any) -> None:
+    environment = values["environment"]
+    if environment is None:
+        values["environment"] = {}
+        return
+    if len(environment) > MAX_ENVIRONMENT_ENTRIES:
+        problem("environment", f"Use at most {MAX_ENVIRONMENT_ENTRIES} variables; there are {len(environment)}.")
+    size = 0
+    for key, value in environment.items():
+        size += len(key) + len(str(value).encode())
+        if not _ENVIRONMENT_KEY.match(key):
+            problem(
+                "environment",
+                f"'{key[:40]}' is not a valid variable name: use letters, digits and '_', not starting with a digit.",
+            )
+        elif key.upper().startswith(_RESERVED_ENVIRONMENT_PREFIXES):
+            problem("environment", f"'{key}' is set by Slurm itself; choose another name.")
+        if "\x00" in str(value):
+            problem("environment", f"The value of '{key[:40]}' contains a NUL character; remove it.")
+    if size > settings.JOB_ENVIRONMENT_MAX_BYTES:
+        problem("environment", f"The variables take {size} bytes; the limit is {settings.JOB_ENVIRONMENT_MAX_BYTES}.")
+
+
+# Cancel ------------------------------------------------------------------------------------------------
+
+
+def job_cancel(*, user: User, job: Job) -> Job:
+    """Cancel the job: at once when it has not reached Slurm, else by a worker in Slurm.
+
+    The caller has checked that `user` may cancel it. A second request changes nothing.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.is_external:
+            raise Conflict(
+                "This job was submitted outside the portal and is read-only here; cancel it on the cluster "
+                f"(scancel {locked.slurm_job_id}) as its owner."
+            )
+        if locked.is_final:
+            raise Conflict(f"The job has already ended ({locked.get_state_display().lower()}); nothing to cancel.")
+        if locked.cancel_requested_at is not None:
+            return locked
+        locked.cancel_requested_at = now
+        locked.cancel_requested_by = user
+        locked.updated_at = now
+        fields = ["cancel_requested_at", "cancel_requested_by", "updated_at"]
+        submitting = locked.submit_lease_until is not None and locked.submit_lease_until > now
+        if locked.state == JobState.QUEUED and locked.slurm_job_id is None and not submitting:
+            transition = job_transition(job=locked, to_state=JobState.CANCELLED, detail=_cancel_detail(user), at=now)
+            transition.save()
+            locked.ended_at = now
+            fields += ["state", "ended_at"]
+        else:
+            transaction.on_commit(lambda: _enqueue_cancel(locked.id))
+        locked.save(update_fields=fields)
+        audit_record(
+            actor=user,
+            action="job.cancel",
+            target=locked,
+            tenant=locked.project.tenant,
+            before={"state": job.state},
+            after={"state": locked.state, "cancel_requested": True},
+        )
+        transaction.on_commit(lambda: jobs_push([locked.id]))
+    return locked
+
+
+def _cancel_detail(user: User) -> str:
+    return f"cancelled by {user.username} before it reached Slurm"
+
+
+def _enqueue_cancel(job_id: uuid.UUID) -> None:
+    from jobs.tasks import job_cancel as job_cancel_task
+
+    try:
+        job_cancel_task.delay(str(job_id))
+    except Exception:
+        logger.warning("job %s: could not enqueue its cancel; the sweep will pick it up", job_id, exc_info=True)
+
+
+# Templates ---------------------------------------------------------------------------------------------
+
+
+def job_template_resolve(*, project: Project, template_id: str) -> Any:
+    """A built-in template by its id, or one of the project's saved templates by its UUID; None if neither."""
+    if template_id in BUILTIN_TEMPLATES:
+        return BUILTIN_TEMPLATES[template_id]
+    try:
+        saved_id = uuid.UUID(template_id)
+    except ValueError:
+        return None
+    return JobTemplate.objects.filter(project=project, pk=saved_id).first()
+
+
+TEMPLATE_FIELDS = (
+    "name",
+    "description",
+    "script",
+    "partition",
+    "gpu_type",
+    "gpus",
+    "time_limit_minutes",
+    "cpus",
+    "memory_gb",
+    "environment",
+)
+
+
+def job_template_save(
+    *, user: User, project: Project, values: Mapping[str, Any], template: JobTemplate | None = None
+) -> JobTemplate:
+    """Create (template None) or update a project's template; names are unique within the project."""
+    problems: dict[str, list[str]] = {}
+    probe = {
+        "name": values.get("name", template.name if template else None),
+        "script": values.get("script", template.script if template else None),
+        "environment": values.get("environment", template.environment if template else None),
+    }
+    _validate_script(probe, lambda field, message: problems.setdefault(field, []).append(message))
+    _validate_environment(probe, lambda field, message: problems.setdefault(field, []).append(message))
+    name = (probe["name"] or "").strip()
+    if not name:
+        problems.setdefault("name", []).append("Give the template a name.")
+    elif (
+        JobTemplate.objects.filter(project=project, name=name)
+        .exclude(pk=template.pk if template else uuid.UUID(int=0))
+        .exists()
+    ):
+        problems.setdefault("name", []).append(f"Project '{project}' already has a template named '{name}'.")
+    if problems:
+        raise ValidationError(problems)
+    with transaction.atomic():
+        before = {field: getattr(template, field) for field in TEMPLATE_FIELDS} if template else None
+        saved = template or JobTemplate(project=project, created_by=user)
+        for field in TEMPLATE_FIELDS:
+            if field in values:
+                setattr(saved, field, values[field] if values[field] is not None else _template_default(field))
+        saved.name = name
+        saved.save()
+        audit_record(
+            actor=user,
+            action="job_template.update" if template else "job_template.create",
+            target=saved,
+            tenant=project.tenant,
+            before=before,
+            after={field: getattr(saved, field) for field in TEMPLATE_FIELDS},
+        )
+    return saved
+
+
+def _template_default(field: str) -> Any:
+    model_field = JobTemplate._meta.get_field(field)
+    assert isinstance(model_field, models.Field)
+    return model_field.get_default()
+
+
+def job_template_delete(*, user: User, template: JobTemplate) -> None:
+    with transaction.atomic():
+        audit_record(
+            actor=user,
+            action="job_template.delete",
+            target=template,
+            tenant=template.project.tenant,
+            before={"name": template.name},
+            after=None,
+        )
+        template.delete()
