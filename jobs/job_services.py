@@ -18,11 +18,11 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
-from django.db import models, transaction
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from jobs.models import Cluster, ClusterAccount, Job, JobState, JobTemplate, JobTransition, Partition
-from jobs.paths import job_paths
+from jobs.paths import JobPaths, job_paths
 from jobs.reasons import pending_reason_text
 from jobs.templates import BUILTIN_TEMPLATES
 from portal.errors import Conflict
@@ -129,14 +129,20 @@ class JobRequest:
     cpus: int | None = None
     memory_gb: int | None = None
     template: str | None = None
+    idempotency_key: str = ""
 
 
-def job_submit(*, user: User, project: Project, request: JobRequest) -> Job:
+def job_submit(*, user: User, project: Project, request: JobRequest) -> tuple[Job, bool]:
     """Validate a submission against the cluster as last synced, store it `queued` and hand it to a worker.
 
     The caller has checked that `user` may submit to `project`. Every problem is reported at once, per
-    field, with what to change.
+    field, with what to change. Returns the job and whether it is new: a repeated `idempotency_key`
+    from the same user returns the job the first request created.
     """
+    if request.idempotency_key:
+        earlier = Job.objects.filter(user=user, idempotency_key=request.idempotency_key).first()
+        if earlier is not None:
+            return earlier, False
     values = _with_template_defaults(project=project, request=request)
     cluster, problems = _validated(user=user, values=values)
     if problems:
@@ -148,35 +154,66 @@ def job_submit(*, user: User, project: Project, request: JobRequest) -> Job:
         log_root=cluster.log_root, tenant_slug=project.tenant.slug, project_slug=project.slug, job_id=job_id
     )
     now = timezone.now()
-    with transaction.atomic():
-        job = Job(
-            id=job_id,
-            project=project,
-            cluster=cluster,
-            user=user,
-            cluster_username=username,
-            name=values["name"],
-            partition=values["partition"],
-            gpu_type=values["gpu_type"] or "",
-            gpus=values["gpus"],
-            cpus=values["cpus"],
-            memory_gb=values["memory_gb"],
-            time_limit_minutes=values["time_limit_minutes"],
-            script=values["script"],
-            environment=dict(values["environment"]),
-            template_id=values["template"] or "",
-            working_directory=paths.working_directory,
-            stdout_path=paths.stdout,
-            stderr_path=paths.stderr,
-            state=JobState.QUEUED,
-            created_at=now,
-            updated_at=now,
-            next_attempt_at=now,
-        )
-        job.save(force_insert=True)
-        JobTransition.objects.create(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted")
-        transaction.on_commit(lambda: _enqueue_submit(job.id))
-        transaction.on_commit(lambda: jobs_push([job.id]))
+    try:
+        with transaction.atomic():
+            job = _job_create(
+                job_id=job_id,
+                user=user,
+                project=project,
+                cluster=cluster,
+                username=username,
+                values=values,
+                paths=paths,
+                now=now,
+                idempotency_key=request.idempotency_key,
+            )
+    except IntegrityError:
+        # The same key raced in from a parallel request: the first one won.
+        return Job.objects.get(user=user, idempotency_key=request.idempotency_key), False
+    return job, True
+
+
+def _job_create(
+    *,
+    job_id: uuid.UUID,
+    user: User,
+    project: Project,
+    cluster: Cluster,
+    username: str,
+    values: dict[str, Any],
+    paths: JobPaths,
+    now: datetime,
+    idempotency_key: str,
+) -> Job:
+    job = Job(
+        id=job_id,
+        project=project,
+        cluster=cluster,
+        user=user,
+        cluster_username=username,
+        name=values["name"],
+        partition=values["partition"],
+        gpu_type=values["gpu_type"] or "",
+        gpus=values["gpus"],
+        cpus=values["cpus"],
+        memory_gb=values["memory_gb"],
+        time_limit_minutes=values["time_limit_minutes"],
+        script=values["script"],
+        environment=dict(values["environment"]),
+        template_id=values["template"] or "",
+        idempotency_key=idempotency_key,
+        working_directory=paths.working_directory,
+        stdout_path=paths.stdout,
+        stderr_path=paths.stderr,
+        state=JobState.QUEUED,
+        created_at=now,
+        updated_at=now,
+        next_attempt_at=now,
+    )
+    job.save(force_insert=True)
+    JobTransition.objects.create(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted")
+    transaction.on_commit(lambda: _enqueue_submit(job.id))
+    transaction.on_commit(lambda: jobs_push([job.id]))
     return job
 
 

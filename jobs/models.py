@@ -264,6 +264,8 @@ class Job(models.Model):
     script = models.TextField(blank=True)
     environment = models.JSONField(default=dict, blank=True)
     template_id = models.CharField(max_length=64, blank=True, help_text="The template it was made from, if any")
+    # A client's `Idempotency-Key`: the same key from the same user returns the first job instead of a second.
+    idempotency_key = models.CharField(max_length=100, blank=True)
 
     working_directory = models.CharField(max_length=1000, blank=True)
     stdout_path = models.CharField(max_length=1000, blank=True)
@@ -308,6 +310,11 @@ class Job(models.Model):
                 fields=["cluster", "slurm_job_id", "slurm_submit_time"],
                 condition=models.Q(is_external=True),
                 name="job_external_unique_in_cluster",
+            ),
+            models.UniqueConstraint(
+                fields=["user", "idempotency_key"],
+                condition=~models.Q(idempotency_key=""),
+                name="job_idempotency_key_unique_per_user",
             ),
             models.CheckConstraint(condition=models.Q(gpus__gte=0), name="job_gpus_not_negative"),
         ]

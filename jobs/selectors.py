@@ -244,3 +244,33 @@ def job_template_list_for_user(*, user: AnyUser, project: Project | None = None)
     if is_portal_admin(user):
         return templates
     return templates.filter(project__in=project_list_for_user(user=user).values("pk"))
+
+
+def job_template_get_for_user(*, user: AnyUser, template_id: str, change: bool = False) -> JobTemplate:
+    """A saved template the user may view (404 otherwise); with `change`, also one they may edit or delete:
+    its author while they may still submit to the project, or someone who may manage the project."""
+    not_found = Http404(
+        f"No template '{template_id}' exists among the ones you can see; see GET /api/v1/job-templates/."
+    )
+    try:
+        template_uuid = uuid.UUID(template_id)
+    except ValueError:
+        raise not_found from None
+    template = JobTemplate.objects.select_related("project__tenant", "created_by").filter(pk=template_uuid).first()
+    if template is None:
+        raise not_found
+    try:
+        project_get_by_id_for_user(user=user, project_id=template.project_id, action=ProjectAction.VIEW)
+    except Http404:
+        raise not_found from None
+    if change:
+        is_author = template.created_by_id is not None and template.created_by_id == user.pk
+        action = ProjectAction.SUBMIT if is_author else ProjectAction.MANAGE
+        try:
+            project_get_by_id_for_user(user=user, project_id=template.project_id, action=action)
+        except PermissionDenied:
+            raise PermissionDenied(
+                f"Only the template's author, the managers of project '{template.project}' and its tenant's "
+                "admins may change this template."
+            ) from None
+    return template

@@ -1,0 +1,501 @@
+"""REST API for jobs, the clusters one may submit to, and job templates (under /api/v1/).
+
+Submitting answers 202 at once: the job is stored `queued`, and a worker delivers it to Slurm. Reads come
+from the database as the workers last synced it; web requests never call Slurm.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import django_filters
+from django.db.models import Q, QuerySet
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import generics, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from jobs import job_services
+from jobs.job_services import JobRequest
+from jobs.models import Cluster, Job, JobState, JobTemplate
+from jobs.reasons import pending_reason_text
+from jobs.selectors import (
+    JobAction,
+    cluster_get_for_user,
+    cluster_list_for_user,
+    job_get_for_user,
+    job_list_for_user,
+    job_template_get_for_user,
+    job_template_list_for_user,
+)
+from jobs.templates import BUILTIN_TEMPLATES, BuiltinTemplate
+from portal.api_errors import ERRORS, ERRORS_WITH_CONFLICT
+from portal.api_pagination import PagePagination
+from portal.errors import Conflict
+from tenants.models import Project
+from tenants.selectors import ProjectAction, project_get_for_user
+
+_PROJECT_LABEL = re.compile(r"^([^/]+)/([^/]+)$")
+
+
+def _project_from_label(*, user: Any, label: str, action: ProjectAction) -> Project:
+    match = _PROJECT_LABEL.match(label)
+    if match is None:
+        raise serializers.ValidationError({"project": ["Give the project as 'tenant/project', e.g. 'acme/vision'."]})
+    return project_get_for_user(user=user, tenant_slug=match[1], project_slug=match[2], action=action)
+
+
+# Clusters ----------------------------------------------------------------------------------------------
+
+
+class PartitionOutput(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    state = serializers.CharField()
+    is_default = serializers.BooleanField()
+    max_time_minutes = serializers.IntegerField(allow_null=True, help_text="Null: no limit")
+    default_time_minutes = serializers.IntegerField(allow_null=True)
+    gpu_types = serializers.ListField(child=serializers.CharField())
+    max_gpus_per_node = serializers.IntegerField(help_text="The most GPUs one job can ask for here")
+    nodes = serializers.ListField(child=serializers.CharField(), source="node_names")
+    gpus_total = serializers.IntegerField()
+    gpus_free = serializers.IntegerField(help_text="GPUs idle on nodes that accept jobs, as of the last sync")
+
+
+class GpuTypeOutput(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    total = serializers.IntegerField(source="gpus_total")
+    used = serializers.IntegerField(source="gpus_used")
+    free = serializers.IntegerField()
+    max_per_node = serializers.IntegerField(source="max_gpus_per_node")
+
+
+class ClusterOutput(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    ok = serializers.BooleanField(source="last_ping_ok", help_text="Whether the last health check succeeded")
+    checked_at = serializers.DateTimeField(source="last_ping_at", allow_null=True)
+    api_version = serializers.CharField()
+    slurm_release = serializers.CharField()
+    inventory_synced_at = serializers.DateTimeField(allow_null=True)
+    my_username = serializers.CharField(allow_null=True, help_text="Your jobs run as this user on the cluster")
+    partitions = PartitionOutput(many=True)
+    gpu_types = GpuTypeOutput(many=True)
+
+
+_PARTITION_FIELDS = (
+    "name",
+    "state",
+    "is_default",
+    "max_time_minutes",
+    "default_time_minutes",
+    "gpu_types",
+    "max_gpus_per_node",
+)
+
+
+def _cluster_data(cluster: Cluster) -> dict[str, Any]:
+    nodes = list(cluster.nodes.all())
+    free_states = {"idle", "mixed"}
+    partitions = []
+    for partition in cluster.partitions.all():
+        members = [node for node in nodes if node.name in partition.node_names]
+        partitions.append(
+            {
+                **{field: getattr(partition, field) for field in _PARTITION_FIELDS},
+                "node_names": partition.node_names,
+                "gpus_total": sum(node.gpus_total for node in members),
+                "gpus_free": sum(node.gpus_total - node.gpus_used for node in members if node.state in free_states),
+            }
+        )
+    gpu_types = [
+        {
+            "name": gpu.name,
+            "gpus_total": gpu.gpus_total,
+            "gpus_used": gpu.gpus_used,
+            "max_gpus_per_node": gpu.max_gpus_per_node,
+            "free": sum(
+                node.gpus_total - node.gpus_used
+                for node in nodes
+                if node.gpu_type == gpu.name and node.state in free_states
+            ),
+        }
+        for gpu in cluster.gpu_types.all()
+    ]
+    accounts = getattr(cluster, "my_accounts", [])
+    return {
+        "name": cluster.name,
+        "last_ping_ok": cluster.last_ping_ok,
+        "last_ping_at": cluster.last_ping_at,
+        "api_version": cluster.api_version,
+        "slurm_release": cluster.slurm_release,
+        "inventory_synced_at": cluster.inventory_synced_at,
+        "my_username": accounts[0].username if accounts else None,
+        "partitions": partitions,
+        "gpu_types": gpu_types,
+    }
+
+
+class ClusterListApi(APIView):
+    pagination_class = PagePagination
+
+    @extend_schema(
+        operation_id="clusters_list",
+        summary="Clusters you can submit to, with partitions, GPU types, limits and free GPUs (as last synced)",
+        responses={200: ClusterOutput(many=True), **ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        paginator = self.pagination_class()
+        clusters = cluster_list_for_user(user=request.user).prefetch_related("nodes")
+        page = paginator.paginate_queryset(clusters, request, view=self) or []
+        return paginator.get_paginated_response(ClusterOutput([_cluster_data(c) for c in page], many=True).data)
+
+
+class ClusterDetailApi(APIView):
+    @extend_schema(
+        operation_id="clusters_retrieve",
+        summary="One cluster you can submit to",
+        responses={200: ClusterOutput, **ERRORS},
+    )
+    def get(self, request: Request, cluster: str) -> Response:
+        found = cluster_get_for_user(user=request.user, name=cluster)
+        clusters = cluster_list_for_user(user=request.user).prefetch_related("nodes").filter(pk=found.pk)
+        return Response(ClusterOutput(_cluster_data(clusters.get())).data)
+
+
+# Jobs --------------------------------------------------------------------------------------------------
+
+
+class JobTransitionOutput(serializers.Serializer[Any]):
+    from_state = serializers.CharField()
+    to_state = serializers.CharField()
+    at = serializers.DateTimeField()
+    detail = serializers.CharField()
+
+
+class JobOutput(serializers.Serializer[Any]):
+    id = serializers.UUIDField()
+    project = serializers.SerializerMethodField(help_text="tenant/project")
+    cluster = serializers.CharField(source="cluster.name")
+    name = serializers.CharField()
+    user = serializers.SerializerMethodField(help_text="The portal user who submitted it; null for unknown")
+    cluster_username = serializers.CharField(help_text="The POSIX user it runs as")
+    is_external = serializers.BooleanField(help_text="Submitted outside the portal; read-only here")
+    state = serializers.ChoiceField(choices=JobState.choices)
+    slurm_state = serializers.CharField(help_text="Slurm's own state, e.g. OUT_OF_MEMORY")
+    state_reason = serializers.CharField(help_text="Slurm's reason code, e.g. Priority")
+    pending_reason = serializers.SerializerMethodField(help_text="Why it waits, in plain words")
+    last_error = serializers.CharField(help_text="Why it is not in Slurm yet, or why it was rejected")
+    cancel_requested = serializers.SerializerMethodField()
+    slurm_job_id = serializers.IntegerField(allow_null=True)
+    partition = serializers.CharField()
+    gpu_type = serializers.CharField()
+    gpus = serializers.IntegerField()
+    cpus = serializers.IntegerField(allow_null=True)
+    memory_gb = serializers.IntegerField(allow_null=True)
+    time_limit_minutes = serializers.IntegerField()
+    nodes = serializers.CharField()
+    exit_code = serializers.IntegerField(allow_null=True)
+    submit_attempts = serializers.IntegerField()
+    created_at = serializers.DateTimeField(help_text="When the portal accepted it")
+    submitted_at = serializers.DateTimeField(allow_null=True, help_text="When Slurm accepted it")
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    updated_at = serializers.DateTimeField()
+    links = serializers.SerializerMethodField()
+
+    def get_project(self, job: Job) -> str:
+        return f"{job.project.tenant.slug}/{job.project.slug}"
+
+    def get_user(self, job: Job) -> str | None:
+        return job.user.username if job.user else None
+
+    def get_pending_reason(self, job: Job) -> str:
+        return pending_reason_text(job.state_reason) if job.state == JobState.PENDING else ""
+
+    def get_cancel_requested(self, job: Job) -> bool:
+        return job.cancel_requested_at is not None
+
+    def get_links(self, job: Job) -> dict[str, str]:
+        return {
+            "self": reverse("api-job", args=[job.pk]),
+            "cancel": reverse("api-job-cancel", args=[job.pk]),
+            "log": f"/api/v1/jobs/{job.pk}/log/",
+            "log_socket": f"/ws/jobs/{job.pk}/log/",
+            "state_socket": f"/ws/jobs/{job.pk}/",
+        }
+
+
+class JobDetailOutput(JobOutput):
+    script = serializers.CharField()
+    environment = serializers.DictField(child=serializers.CharField())
+    template = serializers.CharField(source="template_id")
+    working_directory = serializers.CharField()
+    stdout_path = serializers.CharField()
+    stderr_path = serializers.CharField()
+    transitions = JobTransitionOutput(many=True)
+
+
+class JobSubmitInput(serializers.Serializer[Any]):
+    project = serializers.CharField(help_text="tenant/project, e.g. acme/vision")
+    cluster = serializers.CharField(help_text="A cluster from GET /api/v1/clusters/")
+    partition = serializers.CharField(required=False, help_text="Default: the cluster's default partition")
+    gpus = serializers.IntegerField(required=False, min_value=0, help_text="GPUs on one node; default 1")
+    gpu_type = serializers.CharField(required=False, allow_blank=True, help_text="e.g. h100; default: any")
+    time_limit_minutes = serializers.IntegerField(required=False, min_value=1, max_value=10_000_000)
+    name = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, max_length=1000)
+    script = serializers.CharField(required=False, trim_whitespace=False, allow_blank=True, max_length=10_000_000)
+    environment = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=1_000_000),
+        required=False,
+        help_text='Variables for the job, e.g. {"EPOCHS": "10"}',
+    )
+    cpus = serializers.IntegerField(required=False, min_value=1, max_value=100_000)
+    memory_gb = serializers.IntegerField(required=False, min_value=1, max_value=1_000_000)
+    template = serializers.CharField(
+        required=False, help_text="A template id from GET /api/v1/job-templates/; given fields override it"
+    )
+
+
+class JobFilter(django_filters.FilterSet):  # type: ignore[misc]
+    project = django_filters.CharFilter(method="filter_project", help_text="tenant/project")
+    state = django_filters.MultipleChoiceFilter(choices=JobState.choices, help_text="Repeat for several states")
+    cluster = django_filters.CharFilter(field_name="cluster__name")
+    user = django_filters.CharFilter(field_name="user__username", help_text="The submitter's username")
+    external = django_filters.BooleanFilter(field_name="is_external")
+    active = django_filters.BooleanFilter(method="filter_active", help_text="true: not ended yet")
+    search = django_filters.CharFilter(method="filter_search", help_text="Part of the name, or a Slurm job id")
+
+    class Meta:
+        model = Job
+        fields: list[str] = []
+
+    def filter_project(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        project = _project_from_label(user=self.request.user, label=value, action=ProjectAction.VIEW)
+        return queryset.filter(project=project)
+
+    def filter_active(self, queryset: QuerySet[Job], name: str, value: bool) -> QuerySet[Job]:
+        final = [state.value for state in JobState if state not in _ACTIVE]
+        return queryset.exclude(state__in=final) if value else queryset.filter(state__in=final)
+
+    def filter_search(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        condition = Q(name__icontains=value)
+        if value.isdigit():
+            condition |= Q(slurm_job_id=int(value))
+        return queryset.filter(condition)
+
+
+_ACTIVE = {JobState.QUEUED, JobState.PENDING, JobState.RUNNING}
+
+
+@extend_schema_view(
+    get=extend_schema(summary="Jobs you may see, newest first", responses=JobOutput),
+    post=extend_schema(
+        summary="Submit a job: answers 202 at once with the job `queued`; a worker delivers it to Slurm",
+        request=JobSubmitInput,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="Send the same key when retrying: the job is created once, and the retry gets it back",
+            )
+        ],
+        responses={202: JobDetailOutput, 200: JobDetailOutput, **ERRORS},
+    ),
+)
+class JobListApi(generics.ListAPIView):  # type: ignore[type-arg]
+    queryset = Job.objects.none()
+    serializer_class = JobOutput
+    filterset_class = JobFilter
+
+    def get_queryset(self) -> QuerySet[Job]:
+        return job_list_for_user(user=self.request.user)
+
+    def post(self, request: Request) -> Response:
+        serializer = JobSubmitInput(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        project = _project_from_label(user=request.user, label=data.pop("project"), action=ProjectAction.SUBMIT)
+        key = request.headers.get("Idempotency-Key", "").strip()
+        if len(key) > 100:
+            raise serializers.ValidationError({"Idempotency-Key": ["Use a key of at most 100 characters."]})
+        job, created = job_services.job_submit(
+            user=request.user,  # type: ignore[arg-type]
+            project=project,
+            request=JobRequest(**data, idempotency_key=key),
+        )
+        job = job_get_for_user(user=request.user, job_id=job.pk)
+        code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
+        return Response(JobDetailOutput(job).data, status=code, headers={"Location": reverse("api-job", args=[job.pk])})
+
+
+class JobDetailApi(APIView):
+    @extend_schema(
+        operation_id="jobs_retrieve",
+        summary="A job with its script, environment and timeline",
+        responses={200: JobDetailOutput, **ERRORS},
+    )
+    def get(self, request: Request, job_id: str) -> Response:
+        return Response(JobDetailOutput(job_get_for_user(user=request.user, job_id=job_id)).data)
+
+
+class JobCancelApi(APIView):
+    @extend_schema(
+        operation_id="jobs_cancel",
+        summary="Cancel a job (its owner, project managers, tenant admins); a queued job never reaches Slurm",
+        request=None,
+        responses={202: JobDetailOutput, **ERRORS_WITH_CONFLICT},
+    )
+    def post(self, request: Request, job_id: str) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.CANCEL)
+        job_services.job_cancel(user=request.user, job=job)  # type: ignore[arg-type]
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        return Response(JobDetailOutput(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+# Templates ---------------------------------------------------------------------------------------------
+
+
+class JobTemplateOutput(serializers.Serializer[Any]):
+    id = serializers.CharField(help_text="Pass as `template` when submitting")
+    kind = serializers.ChoiceField(choices=["builtin", "project"])
+    project = serializers.CharField(allow_null=True, help_text="tenant/project; null for built-in templates")
+    name = serializers.CharField()
+    description = serializers.CharField()
+    script = serializers.CharField()
+    partition = serializers.CharField()
+    gpu_type = serializers.CharField()
+    gpus = serializers.IntegerField()
+    time_limit_minutes = serializers.IntegerField()
+    cpus = serializers.IntegerField(allow_null=True)
+    memory_gb = serializers.IntegerField(allow_null=True)
+    environment = serializers.DictField(child=serializers.CharField())
+    created_by = serializers.CharField(allow_null=True)
+    updated_at = serializers.DateTimeField(allow_null=True)
+
+
+def _template_data(template: JobTemplate | BuiltinTemplate) -> dict[str, Any]:
+    data = {field: getattr(template, field) for field in job_services.TEMPLATE_FIELDS}
+    if isinstance(template, BuiltinTemplate):
+        return {**data, "id": template.id, "kind": "builtin", "project": None, "created_by": None, "updated_at": None}
+    return {
+        **data,
+        "id": str(template.pk),
+        "kind": "project",
+        "project": str(template.project),
+        "created_by": template.created_by.username if template.created_by else None,
+        "updated_at": template.updated_at,
+    }
+
+
+class JobTemplateInput(serializers.Serializer[Any]):
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True, max_length=5000)
+    script = serializers.CharField(trim_whitespace=False, max_length=10_000_000)
+    partition = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    gpu_type = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    gpus = serializers.IntegerField(required=False, min_value=1, max_value=1000)
+    time_limit_minutes = serializers.IntegerField(required=False, min_value=1, max_value=10_000_000)
+    cpus = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=100_000)
+    memory_gb = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=1_000_000)
+    environment = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
+    )
+
+
+class JobTemplateCreateInput(JobTemplateInput):
+    project = serializers.CharField(help_text="tenant/project the template belongs to")
+
+
+class JobTemplateUpdateInput(JobTemplateInput):
+    name = serializers.CharField(max_length=100, required=False)
+    script = serializers.CharField(trim_whitespace=False, max_length=10_000_000, required=False)
+
+
+class JobTemplateFilterInput(serializers.Serializer[Any]):
+    project = serializers.CharField(
+        required=False, help_text="tenant/project: the built-in templates and that project's own"
+    )
+
+
+class JobTemplateListApi(APIView):
+    pagination_class = PagePagination
+
+    @extend_schema(
+        operation_id="job_templates_list",
+        summary="Built-in templates, then the saved templates of the projects you may see",
+        parameters=[JobTemplateFilterInput],
+        responses={200: JobTemplateOutput(many=True), **ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        filters = JobTemplateFilterInput(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        label = filters.validated_data.get("project")
+        project = _project_from_label(user=request.user, label=label, action=ProjectAction.VIEW) if label else None
+        templates: list[JobTemplate | BuiltinTemplate] = [*BUILTIN_TEMPLATES.values()]
+        templates += list(job_template_list_for_user(user=request.user, project=project))
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(templates, request, view=self) or []
+        return paginator.get_paginated_response(JobTemplateOutput([_template_data(t) for t in page], many=True).data)
+
+    @extend_schema(
+        operation_id="job_templates_create",
+        summary="Save a template for a project (its members and managers)",
+        request=JobTemplateCreateInput,
+        responses={201: JobTemplateOutput, **ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = JobTemplateCreateInput(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        project = _project_from_label(user=request.user, label=data.pop("project"), action=ProjectAction.SUBMIT)
+        template = job_services.job_template_save(user=request.user, project=project, values=data)  # type: ignore[arg-type]
+        return Response(JobTemplateOutput(_template_data(template)).data, status=status.HTTP_201_CREATED)
+
+
+class JobTemplateDetailApi(APIView):
+    def _saved(self, request: Request, template_id: str, *, change: bool) -> JobTemplate:
+        if template_id in BUILTIN_TEMPLATES:
+            raise Conflict(
+                "Built-in templates are read-only; save a copy to your project with POST /api/v1/job-templates/."
+            )
+        return job_template_get_for_user(user=request.user, template_id=template_id, change=change)
+
+    @extend_schema(
+        operation_id="job_templates_retrieve", summary="One template", responses={200: JobTemplateOutput, **ERRORS}
+    )
+    def get(self, request: Request, template_id: str) -> Response:
+        if template_id in BUILTIN_TEMPLATES:
+            return Response(JobTemplateOutput(_template_data(BUILTIN_TEMPLATES[template_id])).data)
+        return Response(JobTemplateOutput(_template_data(self._saved(request, template_id, change=False))).data)
+
+    @extend_schema(
+        operation_id="job_templates_partial_update",
+        summary="Change a saved template (its author, project managers, tenant admins)",
+        request=JobTemplateUpdateInput,
+        responses={200: JobTemplateOutput, **ERRORS_WITH_CONFLICT},
+    )
+    def patch(self, request: Request, template_id: str) -> Response:
+        template = self._saved(request, template_id, change=True)
+        serializer = JobTemplateUpdateInput(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        saved = job_services.job_template_save(
+            user=request.user,  # type: ignore[arg-type]
+            project=template.project,
+            values=dict(serializer.validated_data),
+            template=template,
+        )
+        return Response(JobTemplateOutput(_template_data(saved)).data)
+
+    @extend_schema(
+        operation_id="job_templates_destroy",
+        summary="Delete a saved template (its author, project managers, tenant admins)",
+        responses={204: None, **ERRORS_WITH_CONFLICT},
+    )
+    def delete(self, request: Request, template_id: str) -> Response:
+        template = self._saved(request, template_id, change=True)
+        job_services.job_template_delete(user=request.user, template=template)  # type: ignore[arg-type]
+        return Response(status=status.HTTP_204_NO_CONTENT)
