@@ -349,7 +349,7 @@ class JobTransition(models.Model):
     detail = models.CharField(max_length=500, blank=True)
 
     class Meta:
-        ordering = ["job", "at", "id"]
+        ordering = ["job", "id"]  # recording order: Slurm's times have one-second resolution
         indexes = [models.Index(fields=["job", "at"], name="job_transition_timeline")]
 
     def __str__(self) -> str:

@@ -204,7 +204,7 @@ def job_get_for_user(*, user: AnyUser, job_id: uuid.UUID | str, action: JobActio
         raise _job_not_found(job_id) from None
     job = (
         Job.objects.select_related("project__tenant", "cluster", "user")
-        .prefetch_related(Prefetch("transitions", queryset=JobTransition.objects.order_by("at", "id")))
+        .prefetch_related(Prefetch("transitions", queryset=JobTransition.objects.order_by("id")))
         .filter(pk=job_uuid)
         .first()
     )

@@ -1,0 +1,133 @@
+"""Fixtures for job tests: a project with a real Slurm account on the local cluster and a member to submit."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+from jobs.accounts import project_slurm_sync
+from jobs.clusters import slurm_client_for
+from jobs.job_sync import SyncResult, cluster_jobs_sync
+from jobs.models import Cluster, ClusterAccount, Job
+from jobs.services import cluster_check, cluster_sync_inventory
+from jobs.slurm import SlurmClient, SlurmError
+from tenants.models import Project
+from tests.factories import add_project_member, make_project, make_tenant, make_user
+
+
+def local_cluster() -> Cluster:
+    """The local cluster registered and its inventory synced, as the workers would have left it."""
+    cluster, _ = Cluster.objects.get_or_create(
+        name="local",
+        defaults={
+            "slurmrestd_url": settings.LOCAL_CLUSTER_URL,
+            "jwt_key_file": settings.LOCAL_CLUSTER_KEY_FILE,
+            "log_root": settings.LOCAL_CLUSTER_LOG_ROOT,
+            "admin_user": settings.LOCAL_CLUSTER_ADMIN_USER,
+        },
+    )
+    client = slurm_client_for(cluster)
+    assert cluster_check(cluster=cluster, client=client), cluster.last_ping_error
+    cluster_sync_inventory(cluster=cluster, client=client)
+    return cluster
+
+
+@dataclass
+class LiveProject:
+    cluster: Cluster
+    project: Project
+    member: User  # runs as the POSIX user alice
+    manager: User  # runs as bob
+    api: APIClient  # logged in as `member`
+
+    @property
+    def label(self) -> str:
+        return f"{self.project.tenant.slug}/{self.project.slug}"
+
+    def client_for(self, user: User) -> APIClient:
+        api = APIClient()
+        api.force_authenticate(user)
+        return api
+
+    def submit(self, **fields: object) -> dict[str, object]:
+        body = {
+            "project": self.label,
+            "cluster": "local",
+            "partition": "h100",
+            "gpus": 1,
+            "gpu_type": "h100",
+            "time_limit_minutes": 2,
+            "script": "#!/bin/bash\necho hello\n",
+            **fields,
+        }
+        response = self.api.post("/api/v1/jobs/", body, format="json")
+        assert response.status_code == 202, response.json()
+        data: dict[str, object] = response.json()
+        return data
+
+    def sync(self) -> SyncResult:
+        cluster = Cluster.objects.get(pk=self.cluster.pk)
+        return cluster_jobs_sync(cluster=cluster, client=slurm_client_for(cluster))
+
+    def wait_for(self, job_id: object, condition: Callable[[Job], bool], *, timeout: float = 60) -> Job:
+        """Sync from Slurm (as beat would) until the job satisfies `condition`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = Job.objects.get(pk=job_id)
+            if condition(job):
+                return job
+            if time.monotonic() > deadline:
+                why = job.state_reason or job.last_error
+                pytest.fail(f"job {job_id} is still {job.state} ({why}) after {timeout}s")
+            time.sleep(0.3)
+            self.sync()
+
+
+@pytest.fixture
+def live_project(slurm_client: SlurmClient) -> Iterator[LiveProject]:
+    """A tenant and project with its Slurm account; alice as member, bob as manager. Cleaned up in Slurm after."""
+    cluster = local_cluster()
+    member, manager = make_user(), make_user()
+    ClusterAccount.objects.create(cluster=cluster, user=member, username="alice")
+    ClusterAccount.objects.create(cluster=cluster, user=manager, username="bob")
+    tenant = make_tenant()
+    project = make_project(tenant)
+    add_project_member(project, member, "member")
+    add_project_member(project, manager, "manager")
+    project_slurm_sync(project_id=project.pk)
+    api = APIClient()
+    api.force_authenticate(member)
+    yield LiveProject(cluster=cluster, project=project, member=member, manager=manager, api=api)
+    _remove_from_slurm(slurm_client, account=project.slurm_account, parent=tenant.slurm_parent_account)
+
+
+def _remove_from_slurm(client: SlurmClient, *, account: str, parent: str) -> None:
+    listing = client.list_jobs()
+    for job in listing.jobs if listing else ():
+        if job.account == account and not job.state.is_finished:
+            client.cancel_job(user=client.admin_user, job_id=job.job_id)
+    for name in (account, parent):
+        for _ in range(40):  # slurmdbd refuses while a cancelled job is still completing
+            try:
+                for user in ("alice", "bob"):
+                    _remove_association(client, account=name, user=user)
+                client.delete_account(name=name)
+                break
+            except SlurmError as exc:
+                if any(message.error_number == 1900 for message in exc.messages):
+                    break
+                time.sleep(0.5)
+
+
+def _remove_association(client: SlurmClient, *, account: str, user: str) -> None:
+    try:
+        client.remove_user_association(account=account, user=user, cluster="local")
+    except SlurmError as exc:
+        if not any(message.error_number in (1900, 9003) for message in exc.messages) and exc.status_code != 404:
+            raise

@@ -1,0 +1,164 @@
+"""The life of a job on the real stack: API, a real Celery worker, slurmrestd, the sync, cancelling."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.db import transaction
+
+from jobs.job_services import JobRequest, job_cancel, job_submit
+from jobs.models import Job, JobState
+from jobs.slurm import SlurmClient
+from jobs.slurm.types import JobSubmission
+from tests.conftest import wait_until
+from tests.jobs.conftest import LiveProject
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Bytes a terminal-minded job writes: UTF-8, carriage-return progress, a long line.
+PROGRESS_SCRIPT = r"""#!/bin/bash
+printf 'début ✓\n'
+for pct in 25 50 75 100; do printf '\rprogress %3d%%' "$pct"; sleep 0.2; done
+printf '\n'
+head -c 5000 /dev/zero | tr '\0' 'x'
+printf '\nerr line\n' >&2
+"""
+PROGRESS_OUTPUT = (
+    "début ✓\n" + "".join(f"\rprogress {pct:3d}%" for pct in (25, 50, 75, 100)) + "\n" + "x" * 5000
+).encode()
+
+
+def _states(job: Job) -> list[str]:
+    return [transition.to_state for transition in job.transitions.order_by("id")]
+
+
+def test_a_job_submitted_through_the_api_runs_to_completion(live_project: LiveProject, celery_worker: str) -> None:
+    reply = live_project.submit(name="progress", script=PROGRESS_SCRIPT)
+    assert reply["state"] == "queued"
+    assert reply["slurm_job_id"] is None
+
+    job = live_project.wait_for(reply["id"], lambda job: job.is_final)
+
+    assert job.state == JobState.COMPLETED
+    assert _states(job) == ["queued", "pending", "running", "completed"]
+    assert job.exit_code == 0
+    assert job.nodes in {"gpu01", "gpu02"}
+    assert job.submit_attempts == 1
+    assert job.started_at is not None
+    assert job.ended_at is not None
+    assert job.started_at <= job.ended_at
+    with open(job.stdout_path, "rb") as stdout, open(job.stderr_path, "rb") as stderr:
+        assert stdout.read() == PROGRESS_OUTPUT
+        assert stderr.read() == b"\nerr line\n"
+    detail = live_project.api.get(f"/api/v1/jobs/{job.pk}/").json()
+    assert detail["state"] == "completed"
+    assert detail["slurm_job_id"] == job.slurm_job_id
+    assert [step["to_state"] for step in detail["transitions"]] == ["queued", "pending", "running", "completed"]
+
+
+def test_the_manager_cancels_a_running_job(live_project: LiveProject, celery_worker: str) -> None:
+    reply = live_project.submit(name="sleeper", script="#!/bin/bash\necho started\nsleep 120\n")
+    live_project.wait_for(reply["id"], lambda job: job.state == JobState.RUNNING)
+
+    manager = live_project.client_for(live_project.manager)
+    response = manager.post(f"/api/v1/jobs/{reply['id']}/cancel/")
+
+    assert response.status_code == 202, response.json()
+    assert response.json()["cancel_requested"] is True
+    job = live_project.wait_for(reply["id"], lambda job: job.is_final)
+    assert job.state == JobState.CANCELLED
+    assert job.slurm_state == "CANCELLED"
+    assert _states(job) == ["queued", "pending", "running", "cancelled"]
+    again = manager.post(f"/api/v1/jobs/{reply['id']}/cancel/")
+    assert again.status_code == 409
+    assert again.json()["message"] == "The job has already ended (cancelled); nothing to cancel."
+
+
+def test_a_job_cancelled_while_queued_never_reaches_slurm(
+    live_project: LiveProject, celery_worker: str, slurm_client: SlurmClient
+) -> None:
+    # Submitted and cancelled in one transaction: the worker receives the job only after it is cancelled.
+    with transaction.atomic():
+        job, created = job_submit(
+            user=live_project.member,
+            project=live_project.project,
+            request=JobRequest(cluster="local", partition="h100", script="#!/bin/bash\necho never\n"),
+        )
+        job_cancel(user=live_project.member, job=job)
+    assert created
+
+    # The worker got the task; give it time to (not) submit, then look everywhere Slurm could have it.
+    time.sleep(2)
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+    assert job.slurm_job_id is None
+    assert job.submit_attempts == 0
+    assert _states(job) == ["queued", "cancelled"]
+    listing = slurm_client.list_jobs()
+    assert all(slurm_job.comment != job.slurm_comment for slurm_job in listing.jobs if listing)
+
+
+def test_an_owner_cancels_a_pending_job_and_the_sync_records_it(
+    live_project: LiveProject, celery_worker: str, slurm_client: SlurmClient
+) -> None:
+    # A GPU-minute limit below what the job needs keeps it pending, with Slurm's quota reason in words.
+    slurm_client.set_account_gpu_minutes_limit(account=live_project.project.slurm_account, cluster="local", minutes=1)
+    reply = live_project.submit(time_limit_minutes=2, script="#!/bin/bash\nsleep 5\n")
+    job = live_project.wait_for(reply["id"], lambda job: job.state_reason == "AssocGrpGRESMinutes")
+    assert job.state == JobState.PENDING
+    detail = live_project.api.get(f"/api/v1/jobs/{job.pk}/").json()
+    assert detail["pending_reason"] == "the project's GPU-hour quota on this cluster is used up"
+
+    assert live_project.api.post(f"/api/v1/jobs/{job.pk}/cancel/").status_code == 202
+    job = live_project.wait_for(job.pk, lambda job: job.is_final)
+
+    assert job.state == JobState.CANCELLED
+    assert job.started_at is None
+    assert _states(job) == ["queued", "pending", "cancelled"]
+
+
+def test_jobs_submitted_outside_the_portal_appear_read_only(
+    live_project: LiveProject, slurm_client: SlurmClient
+) -> None:
+    submitted = slurm_client.submit_job(
+        user="alice",
+        submission=JobSubmission(
+            name="by-hand",
+            account=live_project.project.slurm_account,
+            partition="a100",
+            script="#!/bin/bash\nsleep 30\n",
+            time_limit_minutes=1,
+            working_directory="/tmp",
+            standard_output="/dev/null",
+            standard_error="/dev/null",
+            gpus=2,
+            gpu_type="a100",
+            hold=True,
+        ),
+    )
+    result = live_project.sync()
+
+    job = Job.objects.get(cluster=live_project.cluster, slurm_job_id=submitted.job_id, is_external=True)
+    assert result.external_created >= 1
+    assert job.project == live_project.project
+    assert job.user == live_project.member  # alice's portal account on the cluster
+    assert (job.name, job.partition, job.gpus, job.gpu_type, job.state) == ("by-hand", "a100", 2, "a100", "pending")
+    listed = live_project.api.get("/api/v1/jobs/", {"external": "true"}).json()
+    assert [row["id"] for row in listed["results"]] == [str(job.pk)]
+    refused = live_project.api.post(f"/api/v1/jobs/{job.pk}/cancel/")
+    assert refused.status_code == 409
+    assert "outside the portal" in refused.json()["message"]
+    assert Job.objects.filter(is_external=True).count() == 1
+    live_project.sync()  # a second sync adds nothing
+    assert Job.objects.filter(is_external=True).count() == 1
+
+
+def test_a_sync_with_nothing_changed_costs_one_304(live_project: LiveProject) -> None:
+    live_project.sync()
+    time.sleep(1.1)  # the controller's clock has one-second resolution
+    live_project.sync()
+    wait_until(lambda: live_project.sync().unchanged_listing, timeout_seconds=10, what="a 304 from slurmrestd")
+    result = live_project.sync()
+    assert result.unchanged_listing is True
+    assert result.requests == 1
