@@ -212,6 +212,14 @@ def _job_create(
     )
     job.save(force_insert=True)
     JobTransition.objects.create(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted")
+    audit_record(
+        actor=user,
+        action="job.submit",
+        target=job,
+        tenant=project.tenant,
+        before=None,
+        after={"cluster": cluster.name, "partition": job.partition, "gpus": job.gpus, "gpu_type": job.gpu_type},
+    )
     transaction.on_commit(lambda: _enqueue_submit(job.id))
     transaction.on_commit(lambda: jobs_push([job.id]))
     return job

@@ -23,6 +23,8 @@ from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
+from jobs.job_services import JobRequest, job_submit
+from jobs.models import Cluster, ClusterAccount, GpuType, Job, JobTemplate, Node, Partition
 from portal.routing import websocket_urlpatterns
 from tenants.models import ApiToken, AuditEvent, Project, ProjectMembership, Tenant, TenantMembership
 from tenants.services import token_create
@@ -40,6 +42,39 @@ class World:
     project: Project
     member_token_id: int
     newcomer: Any
+    job_id: str
+    template_id: str
+
+
+def make_matrix_cluster(name: str = "matrixcluster") -> Cluster:
+    """A cluster as a sync would have recorded it (no Slurm is called by the web tier)."""
+    from django.utils import timezone
+
+    now = timezone.now()
+    cluster = Cluster.objects.create(
+        name=name, slurmrestd_url="http://127.0.0.1:9", jwt_key_file="/nonexistent", log_root="/tmp/matrix-logs"
+    )
+    Node.objects.create(
+        cluster=cluster, name="n1", state="idle", cpus=8, memory_mb=16384, gpu_type="h100", gpus_total=4, synced_at=now
+    )
+    Partition.objects.create(
+        cluster=cluster,
+        name="gpu",
+        state="UP",
+        is_default=True,
+        max_time_minutes=600,
+        node_names=["n1"],
+        gpu_types=["h100"],
+        max_gpus_per_node=4,
+        synced_at=now,
+    )
+    GpuType.objects.create(cluster=cluster, name="h100", gpus_total=4, max_gpus_per_node=4, synced_at=now)
+    return cluster
+
+
+def give_cluster_accounts(cluster: Cluster, users: dict[str, Any], roles: tuple[str, ...]) -> None:
+    for index, role in enumerate(roles):
+        ClusterAccount.objects.create(cluster=cluster, user=users[role], username=f"matrix{index}")
 
 
 @pytest.fixture
@@ -58,7 +93,25 @@ def world(db: None) -> World:
     other = make_tenant("othercorp", admin=users["outsider"])
     add_project_member(make_project(other, "otherproj"), users["outsider"], "manager")
     token, _ = token_create(user=users["member"], name="member-token")
-    return World(users=users, tenant=tenant, project=project, member_token_id=token.pk, newcomer=make_user("m-new"))
+    cluster = make_matrix_cluster()
+    give_cluster_accounts(cluster, users, ("member", "manager", "staff"))
+    job, _ = job_submit(
+        user=users["member"],
+        project=project,
+        request=JobRequest(cluster=cluster.name, script="#!/bin/bash\necho matrix\n"),
+    )
+    template = JobTemplate.objects.create(
+        project=project, name="matrix template", script="#!/bin/bash\n", created_by=users["member"]
+    )
+    return World(
+        users=users,
+        tenant=tenant,
+        project=project,
+        member_token_id=token.pk,
+        newcomer=make_user("m-new"),
+        job_id=str(job.pk),
+        template_id=str(template.pk),
+    )
 
 
 # The matrix ---------------------------------------------------------------------------------------------
@@ -80,6 +133,9 @@ def everyone(status: int, anonymous: int = 401) -> Expected:
 TENANT_ADMINS = ("tenant_admin", "staff")
 PROJECT_VIEWERS = ("viewer", "member", "manager", "tenant_admin", "staff")
 PROJECT_MANAGERS = ("manager", "tenant_admin", "staff")
+# Submitting needs a project role with a Slurm association (or portal admin), and a username on the cluster.
+SUBMITTERS = ("member", "manager", "staff")
+ALLOWED_ON_CLUSTER = {"member": 200, "manager": 200, "staff": 200}
 
 
 @dataclass(frozen=True)
@@ -151,11 +207,43 @@ MATRIX: dict[str, dict[str, Case]] = {
     },
     "api/v1/audit-events/": {"GET": Case(everyone(200), leak_free_for=("outsider", "tenant_member", "member"))},
     "api/v1/slurm-drift-reports/": {"GET": Case(everyone(403) | {"staff": 200})},
+    # Clusters hold no tenant data: listed to everyone, each one to those who may submit to it.
+    "api/v1/clusters/": {"GET": Case(everyone(200))},
+    "api/v1/clusters/<str:cluster>/": {"GET": Case(everyone(404) | {"anonymous": 401, **ALLOWED_ON_CLUSTER})},
+    "api/v1/jobs/": {
+        "GET": Case(everyone(200), leak_free_for=("outsider", "tenant_member")),
+        "POST": Case(
+            only(202, SUBMITTERS),
+            body=lambda w: {
+                "project": f"{TENANT_SLUG}/{PROJECT_SLUG}",
+                "cluster": "matrixcluster",
+                "script": "#!/bin/sh",
+            },
+        ),
+    },
+    "api/v1/jobs/<uuid:job_id>/": {"GET": Case(only(200, PROJECT_VIEWERS))},
+    # The job's owner is the member; managers and tenant admins cancel anyone's job.
+    "api/v1/jobs/<uuid:job_id>/cancel/": {"POST": Case(only(202, ("member", *PROJECT_MANAGERS)))},
+    "api/v1/job-templates/": {
+        "GET": Case(everyone(200), leak_free_for=("outsider", "tenant_member")),
+        "POST": Case(
+            only(201, SUBMITTERS),
+            body=lambda w: {"project": f"{TENANT_SLUG}/{PROJECT_SLUG}", "name": "new", "script": "#!/bin/sh"},
+        ),
+    },
+    # The template's author is the member.
+    "api/v1/job-templates/<str:template_id>/": {
+        "GET": Case(only(200, PROJECT_VIEWERS)),
+        "PATCH": Case(only(200, ("member", *PROJECT_MANAGERS)), body=lambda w: {"gpus": 2}),
+        "DELETE": Case(only(204, ("member", *PROJECT_MANAGERS))),
+    },
 }
 
 # route -> role -> whether the handshake is accepted.
 WEBSOCKET_MATRIX: dict[str, dict[str, bool]] = {
     "ws/clusters/": {role: role != "anonymous" for role in ROLES},
+    "ws/projects/<str:tenant>/<str:project>/jobs/": {role: role in PROJECT_VIEWERS for role in ROLES},
+    "ws/jobs/<uuid:job_id>/": {role: role in PROJECT_VIEWERS for role in ROLES},
 }
 
 
@@ -196,6 +284,9 @@ def _url(route: str, world: World, **overrides: str) -> str:
         "project": world.project.slug,
         "username": world.users["member"].username,
         "token_id": str(world.member_token_id),
+        "job_id": world.job_id,
+        "template_id": world.template_id,
+        "cluster": "matrixcluster",
         **overrides,
     }
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda match: values[str(match.group(1))], route)
@@ -221,6 +312,8 @@ def database_fingerprint() -> str:
         list(TenantMembership.objects.order_by("pk").values_list("pk", "user_id", "role")),
         list(ProjectMembership.objects.order_by("pk").values_list("pk", "user_id", "role")),
         list(ApiToken.objects.order_by("pk").values_list("pk", "name", "revoked_at")),
+        list(Job.objects.order_by("pk").values_list("pk", "state", "cancel_requested_at")),
+        list(JobTemplate.objects.order_by("pk").values_list("pk", "name", "gpus")),
         AuditEvent.objects.count(),
     ]
     return hashlib.sha256(repr(rows).encode()).hexdigest()
@@ -329,6 +422,12 @@ def test_websocket_routes_accept_exactly_the_matrix_roles() -> None:
     for role in ("viewer", "member", "manager"):
         add_project_member(project, users[role], role)
     make_tenant("wsother", admin=users["outsider"])
+    cluster = make_matrix_cluster("wscluster")
+    give_cluster_accounts(cluster, users, ("member",))
+    job, _ = job_submit(
+        user=users["member"], project=project, request=JobRequest(cluster=cluster.name, script="#!/bin/bash\n")
+    )
+    values = {"tenant": "wsmatrix", "project": "wsproj", "job_id": str(job.pk)}
 
     def session_cookie(user: Any) -> bytes | None:
         if user is None:
@@ -347,5 +446,6 @@ def test_websocket_routes_accept_exactly_the_matrix_roles() -> None:
         return bool(connected)
 
     for route, expected in WEBSOCKET_MATRIX.items():
-        answers = {role: async_to_sync(connects)(route, session_cookie(users.get(role))) for role in ROLES}
+        path = re.sub(r"<(?:\w+:)?(\w+)>", lambda match: values[str(match.group(1))], route)
+        answers = {role: async_to_sync(connects)(path, session_cookie(users.get(role))) for role in ROLES}
         assert answers == expected, route
