@@ -12,10 +12,14 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from jobs.job_services import job_cancel
 from jobs.models import (
     Cluster,
     ClusterAccount,
     GpuType,
+    Job,
+    JobTemplate,
+    JobTransition,
     Node,
     Partition,
     ProjectSlurmAccount,
@@ -23,6 +27,7 @@ from jobs.models import (
     SlurmDriftReport,
 )
 from jobs.tasks import cluster_slurm_reconcile, cluster_sync
+from portal.errors import Conflict
 
 SYNCED_FROM_SLURM = (
     "api_version",
@@ -176,3 +181,48 @@ class SlurmDriftReportAdmin(ReadOnlyAdmin):
             "</thead><tbody>{}</tbody></table>",
             rows,
         )
+
+
+# Jobs ----------------------------------------------------------------------------------------------------
+
+
+class JobTransitionInline(ReadOnlyInline):
+    model = JobTransition
+    fields = ("from_state", "to_state", "at", "detail")
+    readonly_fields = fields
+
+
+@admin.register(Job)
+class JobAdmin(ReadOnlyAdmin):
+    """Jobs are written by the submission path and the sync only; admins read them and may cancel."""
+
+    list_display = ("name", "project", "cluster", "user", "state", "slurm_job_id", "is_external", "created_at")
+    list_filter = ("state", "is_external", "cluster")
+    search_fields = ("id", "name", "slurm_job_id", "user__username", "project__slug", "project__tenant__slug")
+    list_select_related = ("project__tenant", "cluster", "user")
+    date_hierarchy = "created_at"
+    inlines = (JobTransitionInline,)
+    actions = ("cancel_jobs",)
+
+    @admin.action(description="Cancel the selected jobs")
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        cancelled, refused = 0, []
+        for job in queryset.select_related("project__tenant"):
+            try:
+                job_cancel(user=request.user, job=job)  # type: ignore[arg-type]
+                cancelled += 1
+            except Conflict as exc:
+                refused.append(f"{job.name}: {exc}")
+        if cancelled:
+            self.message_user(request, f"Cancelling {cancelled} job(s).", messages.SUCCESS)
+        for message in refused:
+            self.message_user(request, message, messages.WARNING)
+
+
+@admin.register(JobTemplate)
+class JobTemplateAdmin(ReadOnlyAdmin):
+    """Projects' saved templates; their members edit them through the API and the portal."""
+
+    list_display = ("name", "project", "gpus", "gpu_type", "time_limit_minutes", "created_by", "updated_at")
+    search_fields = ("name", "project__slug", "project__tenant__slug")
+    list_select_related = ("project__tenant", "created_by")

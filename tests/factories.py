@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
+from django.utils import timezone
 
+from jobs.models import Cluster, ClusterAccount, GpuType, Node, Partition
 from tenants import services
 from tenants.models import Project, ProjectMembership, Tenant, TenantMembership
 
@@ -44,3 +47,32 @@ def add_project_member(project: Project, user: User, role: str = "member") -> Pr
     if not TenantMembership.objects.filter(tenant=project.tenant, user=user).exists():
         add_tenant_member(project.tenant, user)
     return services.project_member_add(actor=None, project=project, user=user, role=role)
+
+
+def make_matrix_cluster(name: str = "matrixcluster") -> Cluster:
+    """A cluster as a sync would have recorded it (no Slurm is called by the web tier)."""
+    now = timezone.now()
+    cluster = Cluster.objects.create(
+        name=name, slurmrestd_url="http://127.0.0.1:9", jwt_key_file="/nonexistent", log_root="/tmp/matrix-logs"
+    )
+    Node.objects.create(
+        cluster=cluster, name="n1", state="idle", cpus=8, memory_mb=16384, gpu_type="h100", gpus_total=4, synced_at=now
+    )
+    Partition.objects.create(
+        cluster=cluster,
+        name="gpu",
+        state="UP",
+        is_default=True,
+        max_time_minutes=600,
+        node_names=["n1"],
+        gpu_types=["h100"],
+        max_gpus_per_node=4,
+        synced_at=now,
+    )
+    GpuType.objects.create(cluster=cluster, name="h100", gpus_total=4, max_gpus_per_node=4, synced_at=now)
+    return cluster
+
+
+def give_cluster_accounts(cluster: Cluster, users: dict[str, Any], roles: tuple[str, ...]) -> None:
+    for index, role in enumerate(roles):
+        ClusterAccount.objects.create(cluster=cluster, user=users[role], username=f"matrix{index}")

@@ -7,8 +7,10 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
-from jobs.models import Cluster, GpuType, Node, Partition
+from jobs.job_services import JobRequest, job_submit
+from jobs.models import Cluster, ClusterAccount, GpuType, Job, JobState, Node, Partition
 from tenants.models import Project, Tenant
+from tests.factories import add_project_member, make_matrix_cluster, make_project, make_tenant, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -91,3 +93,25 @@ def test_a_cluster_username_that_is_not_a_posix_name_is_refused_in_the_admin(
     form["username"] = "dora"
     assert admin_client_logged_in.post("/admin/jobs/clusteraccount/add/", form).status_code == 302
     assert ClusterAccount.objects.get(user=user).username == "dora"
+
+
+@pytest.mark.django_db
+def test_a_portal_admin_cancels_a_queued_job_from_the_admin() -> None:
+    cluster = make_matrix_cluster()
+    member = make_user()
+    project = make_project(make_tenant())
+    add_project_member(project, member)
+    ClusterAccount.objects.create(cluster=cluster, user=member, username="alice")
+    job, _ = job_submit(user=member, project=project, request=JobRequest(cluster=cluster.name, script="#!/bin/sh\n"))
+    admin_client = Client()
+    admin_client.force_login(make_user(is_staff=True))
+
+    page = admin_client.get(f"/admin/jobs/job/{job.pk}/change/")
+    response = admin_client.post(
+        "/admin/jobs/job/", {"action": "cancel_jobs", "_selected_action": [str(job.pk)]}, follow=True
+    )
+
+    assert page.status_code == 200
+    assert response.status_code == 200
+    assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
+    assert "Cancelling 1 job(s)." in response.content.decode()

@@ -24,11 +24,19 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from jobs.job_services import JobRequest, job_submit
-from jobs.models import Cluster, ClusterAccount, GpuType, Job, JobTemplate, Node, Partition
+from jobs.models import Job, JobTemplate
 from portal.routing import websocket_urlpatterns
 from tenants.models import ApiToken, AuditEvent, Project, ProjectMembership, Tenant, TenantMembership
 from tenants.services import token_create
-from tests.factories import add_project_member, add_tenant_member, make_project, make_tenant, make_user
+from tests.factories import (
+    add_project_member,
+    add_tenant_member,
+    give_cluster_accounts,
+    make_matrix_cluster,
+    make_project,
+    make_tenant,
+    make_user,
+)
 
 ROLES = ("anonymous", "outsider", "tenant_member", "viewer", "member", "manager", "tenant_admin", "staff")
 INSIDERS = ("tenant_member", "viewer", "member", "manager", "tenant_admin", "staff")
@@ -44,37 +52,6 @@ class World:
     newcomer: Any
     job_id: str
     template_id: str
-
-
-def make_matrix_cluster(name: str = "matrixcluster") -> Cluster:
-    """A cluster as a sync would have recorded it (no Slurm is called by the web tier)."""
-    from django.utils import timezone
-
-    now = timezone.now()
-    cluster = Cluster.objects.create(
-        name=name, slurmrestd_url="http://127.0.0.1:9", jwt_key_file="/nonexistent", log_root="/tmp/matrix-logs"
-    )
-    Node.objects.create(
-        cluster=cluster, name="n1", state="idle", cpus=8, memory_mb=16384, gpu_type="h100", gpus_total=4, synced_at=now
-    )
-    Partition.objects.create(
-        cluster=cluster,
-        name="gpu",
-        state="UP",
-        is_default=True,
-        max_time_minutes=600,
-        node_names=["n1"],
-        gpu_types=["h100"],
-        max_gpus_per_node=4,
-        synced_at=now,
-    )
-    GpuType.objects.create(cluster=cluster, name="h100", gpus_total=4, max_gpus_per_node=4, synced_at=now)
-    return cluster
-
-
-def give_cluster_accounts(cluster: Cluster, users: dict[str, Any], roles: tuple[str, ...]) -> None:
-    for index, role in enumerate(roles):
-        ClusterAccount.objects.create(cluster=cluster, user=users[role], username=f"matrix{index}")
 
 
 @pytest.fixture
