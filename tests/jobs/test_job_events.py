@@ -1,0 +1,89 @@
+"""Job changes pushed over Channels (real Redis) to the watchers of a project and of a job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from jobs.job_services import JobRequest, job_cancel, job_submit
+from jobs.models import ClusterAccount
+from tenants.services import token_create
+from tests.factories import add_project_member, make_matrix_cluster, make_project, make_tenant, make_user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HEADERS = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")]
+
+
+def _cookie(user: Any) -> tuple[bytes, bytes]:
+    client = Client()
+    client.force_login(user)
+    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
+
+
+async def _watch(path: str, header: tuple[bytes, bytes]) -> WebsocketCommunicator:
+    from portal.asgi import application
+
+    communicator = WebsocketCommunicator(application, path, headers=[*HEADERS, header])
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected, path
+    return communicator
+
+
+def test_watchers_of_the_job_and_of_its_project_see_each_change() -> None:
+    cluster = make_matrix_cluster()
+    member = make_user()
+    project = make_project(make_tenant())
+    add_project_member(project, member)
+    ClusterAccount.objects.create(cluster=cluster, user=member, username="alice")
+    job, _ = job_submit(user=member, project=project, request=JobRequest(cluster=cluster.name, script="#!/bin/sh\n"))
+    _, secret = token_create(user=member, name="watcher")
+    cookie = _cookie(member)
+
+    async def scenario() -> None:
+        job_socket = await _watch(f"/ws/jobs/{job.pk}/", (b"authorization", f"Bearer {secret}".encode()))
+        project_socket = await _watch(f"/ws/projects/{project.tenant.slug}/{project.slug}/jobs/", cookie)
+        # Each first receives the current state.
+        for socket in (job_socket, project_socket):
+            snapshot = await socket.receive_json_from(timeout=5)
+            assert (snapshot["type"], snapshot["job"]["id"], snapshot["job"]["state"]) == (
+                "job.update",
+                str(job.pk),
+                "queued",
+            )
+
+        await sync_to_async(job_cancel)(user=member, job=job)
+
+        for socket in (job_socket, project_socket):
+            update = await socket.receive_json_from(timeout=5)
+            assert update["job"]["id"] == str(job.pk)
+            assert update["job"]["state"] == "cancelled"
+            assert update["job"]["project"] == f"{project.tenant.slug}/{project.slug}"
+            assert "script" not in update["job"]
+            await socket.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_an_outsider_cannot_watch_another_tenants_job() -> None:
+    cluster = make_matrix_cluster()
+    member, outsider = make_user(), make_user()
+    project = make_project(make_tenant())
+    add_project_member(project, member)
+    ClusterAccount.objects.create(cluster=cluster, user=member, username="alice")
+    job, _ = job_submit(user=member, project=project, request=JobRequest(cluster=cluster.name, script="#!/bin/sh\n"))
+    cookie = _cookie(outsider)
+
+    async def refused(path: str) -> tuple[bool, int | None]:
+        from portal.asgi import application
+
+        communicator = WebsocketCommunicator(application, path, headers=[*HEADERS, cookie])
+        connected, code = await communicator.connect(timeout=5)
+        return connected, code
+
+    assert async_to_sync(refused)(f"/ws/jobs/{job.pk}/") == (False, 4404)
+    assert async_to_sync(refused)(f"/ws/projects/{project.tenant.slug}/{project.slug}/jobs/") == (False, 4404)
