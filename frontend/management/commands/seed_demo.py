@@ -16,7 +16,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from jobs.models import Cluster, ClusterAccount
+from jobs.job_services import job_template_save
+from jobs.models import Cluster, ClusterAccount, JobTemplate
 from tenants import services
 from tenants.models import Project, ProjectMembership, ProjectRole, Tenant, TenantMembership, TenantRole
 
@@ -29,6 +30,24 @@ DEMO_USERS = {
     "alice": ("acme", TenantRole.ADMIN, {"vision": ProjectRole.MANAGER, "nlp": ProjectRole.MANAGER}),
     "bob": ("acme", TenantRole.MEMBER, {"vision": ProjectRole.MEMBER}),
     "carol": ("globex", TenantRole.ADMIN, {"genomics": ProjectRole.MANAGER}),
+}
+# A saved template of acme/vision, next to the built-in ones.
+DEMO_TEMPLATE: dict[str, Any] = {
+    "name": "Nightly evaluation",
+    "description": "Evaluates the latest checkpoint on 2 H100s and prints a score per epoch.",
+    "partition": "h100",
+    "gpu_type": "h100",
+    "gpus": 2,
+    "time_limit_minutes": 10,
+    "environment": {"EPOCHS": "5"},
+    "script": (
+        "#!/bin/bash\n"
+        'echo "evaluating on GPUs ${CUDA_VISIBLE_DEVICES:-?} of $(hostname)"\n'
+        'for epoch in $(seq 1 "$EPOCHS"); do\n'
+        '  for pct in 20 40 60 80 100; do printf \'\\repoch %s [%3s%%]\' "$epoch" "$pct"; sleep 0.3; done\n'
+        '  printf \'\\nepoch %s score %s\\n\' "$epoch" "0.$((80 + epoch))"\n'
+        "done\n"
+    ),
 }
 # The demo's changes are recorded as the system's (an empty actor in the audit log), not as a person's.
 ACTOR = None
@@ -76,6 +95,11 @@ class Command(BaseCommand):
             for project_slug, project_role in project_roles.items():
                 self._project_member(projects[tenant_slug, project_slug], user, project_role)
             ClusterAccount.objects.update_or_create(cluster=cluster, user=user, defaults={"username": username})
+
+        vision = projects["acme", "vision"]
+        if not JobTemplate.objects.filter(project=vision, name=DEMO_TEMPLATE["name"]).exists():
+            self.stdout.write(f"Saving template '{DEMO_TEMPLATE['name']}' in {vision}")
+            job_template_save(user=self._user("alice"), project=vision, values=DEMO_TEMPLATE)
 
     def _user(self, username: str) -> User:
         user, _ = get_user_model().objects.get_or_create(
