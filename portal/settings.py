@@ -176,6 +176,8 @@ JOB_SUBMIT_SWEEP_GRACE_SECONDS = env_int("JOB_SUBMIT_SWEEP_GRACE_SECONDS", 30)
 # Retries back off from 5 s to this cap; after JOB_SUBMIT_GIVE_UP_HOURS in the queue a job is rejected.
 JOB_SUBMIT_RETRY_MAX_SECONDS = env_int("JOB_SUBMIT_RETRY_MAX_SECONDS", 300)
 JOB_SUBMIT_GIVE_UP_HOURS = env_int("JOB_SUBMIT_GIVE_UP_HOURS", 24)
+# How often a live log viewer looks for new output (seconds; each viewer lstats both files per poll).
+JOB_LOG_POLL_SECONDS = float(env_str("JOB_LOG_POLL_SECONDS", "0.5"))
 
 # The local development cluster that `make cluster` starts; `seed_demo` registers it as "local".
 LOCAL_CLUSTER_URL = env_str("LOCAL_CLUSTER_URL", "http://127.0.0.1:6820")

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,7 +56,7 @@ class World:
 
 
 @pytest.fixture
-def world(db: None) -> World:
+def world(db: None, tmp_path: Path) -> World:
     users: dict[str, Any] = {"anonymous": None, "staff": make_user("m-staff", is_staff=True)}
     users["tenant_admin"] = make_user("m-tenant-admin")
     tenant = make_tenant(TENANT_SLUG, admin=users["tenant_admin"])
@@ -71,12 +72,17 @@ def world(db: None) -> World:
     add_project_member(make_project(other, "otherproj"), users["outsider"], "manager")
     token, _ = token_create(user=users["member"], name="member-token")
     cluster = make_matrix_cluster()
+    cluster.log_root = str(tmp_path)
+    cluster.save(update_fields=["log_root"])
     give_cluster_accounts(cluster, users, ("member", "manager", "staff"))
     job, _ = job_submit(
         user=users["member"],
         project=project,
         request=JobRequest(cluster=cluster.name, script="#!/bin/bash\necho matrix\n"),
     )
+    # The job's output as Slurm would have written it, for the log route to serve.
+    Path(job.stdout_path).parent.mkdir(parents=True)
+    Path(job.stdout_path).write_bytes(b"matrix output\n")
     template = JobTemplate.objects.create(
         project=project, name="matrix template", script="#!/bin/bash\n", created_by=users["member"]
     )
@@ -201,6 +207,7 @@ MATRIX: dict[str, dict[str, Case]] = {
     "api/v1/jobs/<uuid:job_id>/": {"GET": Case(only(200, PROJECT_VIEWERS))},
     # The job's owner is the member; managers and tenant admins cancel anyone's job.
     "api/v1/jobs/<uuid:job_id>/cancel/": {"POST": Case(only(202, ("member", *PROJECT_MANAGERS)))},
+    "api/v1/jobs/<uuid:job_id>/log/": {"GET": Case(only(200, PROJECT_VIEWERS))},
     "api/v1/job-templates/": {
         "GET": Case(everyone(200), leak_free_for=("outsider", "tenant_member")),
         "POST": Case(
@@ -221,6 +228,7 @@ WEBSOCKET_MATRIX: dict[str, dict[str, bool]] = {
     "ws/clusters/": {role: role != "anonymous" for role in ROLES},
     "ws/projects/<str:tenant>/<str:project>/jobs/": {role: role in PROJECT_VIEWERS for role in ROLES},
     "ws/jobs/<uuid:job_id>/": {role: role in PROJECT_VIEWERS for role in ROLES},
+    "ws/jobs/<uuid:job_id>/log/": {role: role in PROJECT_VIEWERS for role in ROLES},
 }
 
 
