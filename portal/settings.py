@@ -71,10 +71,19 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 
+# channels_redis blocks up to 5 s reading a group's messages; redis-py's default socket timeout is also 5 s,
+# so on a busy machine the read times out and kills the consumer. A longer socket timeout keeps them apart.
+CHANNELS_REDIS_SOCKET_TIMEOUT_SECONDS = 30
+
+
+def channel_layer_host(url: str) -> dict[str, object]:
+    return {"address": url, "socket_timeout": CHANNELS_REDIS_SOCKET_TIMEOUT_SECONDS}
+
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [env_str("CHANNELS_REDIS_URL", REDIS_URL)]},
+        "CONFIG": {"hosts": [channel_layer_host(env_str("CHANNELS_REDIS_URL", REDIS_URL))]},
     }
 }
 

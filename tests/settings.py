@@ -2,13 +2,16 @@
 so a demo running on the same machine never receives test tasks or pushes (and vice versa)."""
 
 from portal.settings import *  # noqa: F403
-from portal.settings import REDIS_URL
+from portal.settings import REDIS_URL, channel_layer_host
 
 _REDIS_BASE = REDIS_URL.rsplit("/", 1)[0]
 
 CELERY_BROKER_URL = f"{_REDIS_BASE}/13"
 CHANNEL_LAYERS = {
-    "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [f"{_REDIS_BASE}/14"]}}
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [channel_layer_host(f"{_REDIS_BASE}/14")]},
+    }
 }
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": f"{_REDIS_BASE}/15"}}
 
