@@ -157,7 +157,8 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU portal API",
     "DESCRIPTION": (
-        "Tenants, projects, members, tokens and the audit log of the GPU cluster portal. "
+        "Tenants, projects, members, tokens, the audit log, clusters, jobs, their logs and templates of the "
+        "GPU cluster portal. "
         "Authenticate with a session (browser) or `Authorization: Bearer <token>`. "
         "Every error has the shape `{code, message, fields}`."
     ),
@@ -168,6 +169,11 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": "/api/v1",
+    # Several models have a field named "state"; each choice set gets its own name in the schema.
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "jobs.models.JobState",
+        "SlurmAccountStateEnum": "jobs.models.ProjectSlurmAccount.State",
+    },
 }
 
 # Slurm: how long tokens minted for slurmrestd live, and the HTTP client's limits.
