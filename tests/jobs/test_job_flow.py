@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import time
+from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.testing import WebsocketCommunicator
 from django.db import transaction
 
 from jobs.job_services import JobRequest, job_cancel, job_submit
 from jobs.models import Job, JobState
 from jobs.slurm import SlurmClient
 from jobs.slurm.types import JobSubmission
+from tenants.services import token_create
 from tests.conftest import wait_until
 from tests.jobs.conftest import LiveProject
 
@@ -27,6 +33,15 @@ printf '\nerr line\n' >&2
 PROGRESS_OUTPUT = (
     "début ✓\n" + "".join(f"\rprogress {pct:3d}%" for pct in (25, 50, 75, 100)) + "\n" + "x" * 5000
 ).encode()
+
+
+# Ten lines, written over about three seconds, so that a viewer can drop out halfway and come back.
+SLOW_SCRIPT = r"""#!/bin/bash
+for i in $(seq 1 10); do printf 'line %02d ünïcödé\n' "$i"; sleep 0.3; done
+printf 'bad byte: \377\n'
+printf 'warning\n' >&2
+"""
+SLOW_OUTPUT = "".join(f"line {i:02d} ünïcödé\n" for i in range(1, 11)).encode() + b"bad byte: \xff\n"
 
 
 def _states(job: Job) -> list[str]:
@@ -55,6 +70,86 @@ def test_a_job_submitted_through_the_api_runs_to_completion(live_project: LivePr
     assert detail["state"] == "completed"
     assert detail["slurm_job_id"] == job.slurm_job_id
     assert [step["to_state"] for step in detail["transitions"]] == ["queued", "pending", "running", "completed"]
+
+
+class LogViewer:
+    """A WebSocket client of /ws/jobs/<id>/log/ that keeps the bytes it received and its offsets."""
+
+    def __init__(self, job_id: object, secret: str) -> None:
+        self.job_id, self.secret = job_id, secret
+        self.received: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+        self.offsets = {"stdout": 0, "stderr": 0}
+        self.end: dict[str, Any] | None = None
+
+    async def connect(self) -> WebsocketCommunicator:
+        from portal.asgi import application
+
+        query = f"stdout_offset={self.offsets['stdout']}&stderr_offset={self.offsets['stderr']}"
+        headers = [
+            (b"origin", b"http://127.0.0.1:8000"),
+            (b"host", b"127.0.0.1:8000"),
+            (b"authorization", f"Bearer {self.secret}".encode()),
+        ]
+        socket = WebsocketCommunicator(application, f"/ws/jobs/{self.job_id}/log/?{query}", headers=headers)
+        connected, code = await socket.connect(timeout=10)
+        assert connected, code
+        return socket
+
+    def take(self, message: dict[str, Any]) -> None:
+        if message["type"] == "log.chunk":
+            stream = message["stream"]
+            # Resuming from an offset must continue exactly where the last chunk ended.
+            assert message["offset"] == self.offsets[stream], message
+            data = base64.b64decode(message["data_b64"]) if "data_b64" in message else message["data"].encode()
+            assert len(data) == message["next_offset"] - message["offset"]
+            self.received[stream] += data
+            self.offsets[stream] = message["next_offset"]
+        elif message["type"] == "log.end":
+            self.end = message
+
+
+def test_a_running_jobs_log_streams_byte_for_byte_across_a_reconnect(
+    live_project: LiveProject, celery_worker: str
+) -> None:
+    _, secret = token_create(user=live_project.member, name="log viewer")
+    reply = live_project.submit(name="slow", script=SLOW_SCRIPT)
+    viewer = LogViewer(reply["id"], secret)
+
+    async def sync_like_beat() -> None:
+        while True:
+            await sync_to_async(live_project.sync)()
+            await asyncio.sleep(0.5)
+
+    async def follow() -> None:
+        beat = asyncio.create_task(sync_like_beat())
+        try:
+            # First viewing: connect while the job is queued, leave after the first lines.
+            socket = await viewer.connect()
+            while len(viewer.received["stdout"]) < 20:
+                viewer.take(await socket.receive_json_from(timeout=60))
+            await socket.disconnect()
+            # Reconnect with the last offsets and stay to the end.
+            socket = await viewer.connect()
+            while viewer.end is None:
+                viewer.take(await socket.receive_json_from(timeout=60))
+            assert (await socket.receive_output(timeout=5))["type"] == "websocket.close"
+        finally:
+            beat.cancel()
+
+    async_to_sync(follow)()
+
+    job = Job.objects.get(pk=reply["id"])
+    assert job.state == JobState.COMPLETED
+    assert bytes(viewer.received["stdout"]) == SLOW_OUTPUT
+    assert bytes(viewer.received["stderr"]) == b"warning\n"
+    with open(job.stdout_path, "rb") as written:
+        assert bytes(viewer.received["stdout"]) == written.read()
+    assert viewer.end == {
+        "type": "log.end",
+        "state": "completed",
+        "stdout_offset": len(SLOW_OUTPUT),
+        "stderr_offset": len(b"warning\n"),
+    }
 
 
 def test_the_manager_cancels_a_running_job(live_project: LiveProject, celery_worker: str) -> None:
