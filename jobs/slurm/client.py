@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 # Slurm error numbers (slurm_errno.h) that say "try again later" rather than "no".
 _AUTH_ERRORS = {1007, 2002, 6000}  # protocol authentication, access denied, plugin auth
 _NOT_FOUND_ERRORS = {2017}  # invalid job id
+_NOTHING_FOUND_ERROR = 9003  # slurmdbd: a query matched nothing
 
 
 def _is_retryable_number(number: int) -> bool:
@@ -173,11 +174,19 @@ class SlurmClient:
             params["account"] = account
         if users:
             params["users"] = ",".join(users)
+        now = datetime.now(UTC)
         if start_time:
-            params["start_time"] = str(epoch(start_time))
+            params["start_time"] = self.codec.encode_accounting_time(start_time, now=now)
         if end_time:
-            params["end_time"] = str(epoch(end_time))
-        body = self._call("GET", f"{self.codec.slurmdb_prefix}/jobs/", user=self.admin_user, params=params)
+            params["end_time"] = self.codec.encode_accounting_time(end_time, now=now)
+        try:
+            body = self._call("GET", f"{self.codec.slurmdb_prefix}/jobs/", user=self.admin_user, params=params)
+        except SlurmRejected as exc:
+            # 22.05 answers a query that matches no job with an error (9003 "Nothing found"): for a list,
+            # that is the empty list.
+            if any(message.error_number == _NOTHING_FOUND_ERROR for message in exc.messages):
+                return []
+            raise
         return self.codec.decode_accounting_jobs(body)
 
     def accounting_job(self, *, job_id: int) -> AccountingRecord:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -68,6 +68,13 @@ def test_one_gpu_job_runs_completes_and_is_accounted(
     assert record.elapsed_seconds >= 2
     assert record.gpu_seconds == record.elapsed_seconds
     assert (job_directory / "stdout.txt").read_text() == "started\ndone\n"
+
+    # Accounting queries by time window (22.05 refuses epoch seconds; the client sends times relative to now).
+    now = datetime.now(UTC)
+    in_window = slurm_client.accounting_jobs(account=slurm_account, start_time=now - timedelta(minutes=10))
+    later = slurm_client.accounting_jobs(account=slurm_account, start_time=now + timedelta(hours=1))
+    assert submitted.job_id in {record.job_id for record in in_window}
+    assert submitted.job_id not in {record.job_id for record in later}
 
 
 def test_a_running_job_is_cancelled(slurm_client: SlurmClient, make_submission: Callable[..., JobSubmission]) -> None:
@@ -198,3 +205,8 @@ def test_clearing_a_limit_is_refused_on_22_05_because_slurmctld_would_keep_it(
 
     assert "set a new limit instead" in str(raised.value)
     assert slurm_client.account_gpu_minutes_limit(account=slurm_account, cluster="local") == 30
+
+
+def test_an_accounting_query_that_matches_nothing_is_an_empty_list(slurm_client: SlurmClient) -> None:
+    # 22.05 answers it with error 9003 "Nothing found"; for a list that means no records.
+    assert slurm_client.accounting_jobs(account=f"none{uuid.uuid4().hex[:8]}") == []

@@ -84,6 +84,10 @@ class Codec(ABC):
     def decode_accounting_jobs(self, body: Json) -> list[AccountingRecord]:
         """A GET /slurmdb/.../jobs or /job/{id} reply."""
 
+    def encode_accounting_time(self, moment: datetime, *, now: datetime) -> str:
+        """A `start_time`/`end_time` query value for accounting queries: epoch seconds."""
+        return str(epoch(moment))
+
     # Cluster -----------------------------------------------------------------------------------
 
     @abstractmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from jobs.slurm.codecs.base import (
@@ -44,6 +45,12 @@ class V0038Codec(Codec):
     # modify as "move to the parent it already has", logs "Nothing to do" and skips the new limits too.
     # A real move does apply them: the client moves the account to root and back (see SLURM-NOTES).
     account_limit_needs_parent_move = True
+
+    def encode_accounting_time(self, moment: datetime, *, now: datetime) -> str:
+        # dbv0.0.38 parses these with Slurm's parse_time, which refuses epoch seconds (error 9000) and reads
+        # absolute dates in slurmrestd's local time zone; a time relative to "now" means the same everywhere.
+        seconds = int((now - moment).total_seconds())
+        return f"now-{seconds}" if seconds >= 0 else f"now+{-seconds}"
 
     def is_auth_failure(self, message: SlurmMessage) -> bool:
         # 22.05 forwards the token to slurmctld, which rejects an expired or foreign one with a bare
