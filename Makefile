@@ -49,5 +49,10 @@ lint: venv
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy .
 
+# Each portal benchmark recreates its own database (gpuportal_bench), uses Redis databases 10-12 and port 8100,
+# and cancels its jobs; see bench/portal_stack.py.
 bench: cluster database
 	$(PY) bench/slurm_client.py
+	$(PY) bench/job_submission.py
+	$(PY) bench/job_sync.py
+	$(PY) bench/log_latency.py

@@ -1,0 +1,374 @@
+"""What the portal benchmarks share: their own database and Redis databases, demo-like data, and a portal
+(uvicorn + a Celery worker) that a benchmark starts and stops itself.
+
+Import this before anything from Django: it points the settings at the benchmark's database
+(`gpuportal_bench`, recreated on every run) and Redis databases 10-12, so a benchmark never meets the demo
+(database `gpuportal`, Redis 0) or the tests (`test_gpuportal`, Redis 13-15). `BENCH_DATABASE_URL` and
+`BENCH_REDIS_BASE` move them elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+_REDIS_BASE = os.environ.get("BENCH_REDIS_BASE", "redis://127.0.0.1:6379")
+DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpuportal_bench")
+BENCH_ENVIRONMENT = {
+    "DJANGO_SETTINGS_MODULE": "portal.settings",
+    "DATABASE_URL": DATABASE_URL,
+    "CELERY_BROKER_URL": f"{_REDIS_BASE}/10",
+    "CHANNELS_REDIS_URL": f"{_REDIS_BASE}/11",
+    "REDIS_URL": f"{_REDIS_BASE}/12",
+    # Production-like: with DEBUG on, Django keeps every query of a process in memory.
+    "PORTAL_DEBUG": "false",
+    "PORTAL_LOG_LEVEL": "WARNING",
+}
+os.environ.update(BENCH_ENVIRONMENT)
+
+import django  # noqa: E402
+
+django.setup()
+
+import psycopg  # noqa: E402
+import redis  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.contrib.auth.models import User  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connections  # noqa: E402
+
+from jobs import accounts  # noqa: E402
+from jobs.clusters import slurm_client_for  # noqa: E402
+from jobs.models import Cluster, ClusterAccount, ProjectSlurmAccount  # noqa: E402
+from jobs.services import cluster_check, cluster_sync_inventory  # noqa: E402
+from jobs.slurm import SlurmClient, SlurmError, SlurmRetryableError  # noqa: E402
+from tenants import services  # noqa: E402
+from tenants.models import Project, ProjectRole, TenantRole  # noqa: E402
+
+CLUSTER = "local"
+JOB_USER = "alice"  # a POSIX user on the cluster's nodes (scripts/cluster.sh creates it)
+TENANT = "bench"
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def database_recreate() -> float:
+    """Drop and recreate the benchmark database, then migrate it; returns the seconds it took.
+
+    A fresh database per run: no rows left by an earlier (or crashed) run skew a figure, and a migration that
+    changed under development cannot leave it in a state `migrate` refuses.
+    """
+    started = time.perf_counter()
+    parts = urlsplit(DATABASE_URL)
+    name = parts.path.lstrip("/")
+    assert name.startswith("gpuportal_bench"), f"refusing to drop {name!r}: not a benchmark database"
+    connections.close_all()
+    admin_url = parts._replace(path="/postgres").geturl()
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    call_command("migrate", interactive=False, verbosity=0)
+    return time.perf_counter() - started
+
+
+def redis_flush() -> None:
+    """Empty the benchmark's Redis databases: a task message left by a crashed run must not be delivered."""
+    for url in (settings.CELERY_BROKER_URL, os.environ["CHANNELS_REDIS_URL"], settings.REDIS_URL):
+        client = redis.Redis.from_url(url)
+        client.flushdb()
+        client.close()
+
+
+@dataclass(frozen=True)
+class World:
+    cluster: Cluster
+    user: User
+    project: Project
+    token: str  # an API token of `user`, for `Authorization: Bearer`
+
+    @property
+    def project_label(self) -> str:
+        return f"{self.project.tenant.slug}/{self.project.slug}"
+
+
+def world_create(*, project_slug: str) -> World:
+    """The demo's shape, made through the services: cluster `local` with its inventory, tenant `bench` with one
+    project, user alice (tenant admin, project manager, username alice on the cluster), her API token, and the
+    project's Slurm account with alice associated."""
+    cluster, _ = Cluster.objects.update_or_create(
+        name=CLUSTER,
+        defaults={
+            "slurmrestd_url": settings.LOCAL_CLUSTER_URL,
+            "jwt_key_file": settings.LOCAL_CLUSTER_KEY_FILE,
+            "log_root": settings.LOCAL_CLUSTER_LOG_ROOT,
+            "admin_user": settings.LOCAL_CLUSTER_ADMIN_USER,
+            "is_active": True,
+        },
+    )
+    with bare_client() as probe:
+        slurmrestd_wait(probe)  # the delivery fault tests stop it for a few seconds at a time
+    client = slurm_client_for(cluster)
+    if not cluster_check(cluster=cluster, client=client):
+        raise SystemExit(f"slurmrestd at {cluster.slurmrestd_url} does not answer; start the cluster: make cluster")
+    cluster_sync_inventory(cluster=cluster, client=client)
+    user, _ = get_user_model().objects.get_or_create(username=JOB_USER, defaults={"email": "alice@example.org"})
+    tenant = services.tenant_create(actor=None, slug=TENANT, name="Benchmarks")
+    project = services.project_create(actor=None, tenant=tenant, slug=project_slug, name=f"Benchmark {project_slug}")
+    services.tenant_member_add(actor=None, tenant=tenant, user=user, role=TenantRole.ADMIN)
+    services.project_member_add(actor=None, project=project, user=user, role=ProjectRole.MANAGER)
+    ClusterAccount.objects.update_or_create(cluster=cluster, user=user, defaults={"username": JOB_USER})
+    _, token = services.token_create(user=user, name=f"bench-{uuid.uuid4().hex[:8]}")
+    # The services scheduled this as a task too; running it here means the project is ready now. The task
+    # messages are flushed before a worker starts, so no worker repeats it during a measurement.
+    accounts.project_slurm_sync(project_id=project.pk)
+    row = ProjectSlurmAccount.objects.get(project=project, cluster=cluster)
+    if row.state != ProjectSlurmAccount.State.READY:
+        raise SystemExit(f"the project's Slurm account is not ready: {row.state} {row.last_error}")
+    redis_flush()
+    cluster.refresh_from_db()
+    project.refresh_from_db()
+    return World(cluster=cluster, user=user, project=project, token=token)
+
+
+def bare_client() -> SlurmClient:
+    """A Slurm client of its own (not the pooled one), for the benchmark's direct calls and its cleanup."""
+    return SlurmClient(
+        base_url=settings.LOCAL_CLUSTER_URL,
+        key_file=settings.LOCAL_CLUSTER_KEY_FILE,
+        admin_user=settings.LOCAL_CLUSTER_ADMIN_USER,
+        api_version="0.0.38",
+        timeout_seconds=30,
+    )
+
+
+def slurm_jobs_cancel(client: SlurmClient, *, account: str, timeout_seconds: float = 180) -> tuple[int, float]:
+    """Cancel every unfinished job in `account` (as the admin user), then wait until slurmctld lists none of
+    them as pending or running. Returns how many were cancelled and the seconds it took.
+
+    Rides out a slurmrestd that is briefly away (the delivery fault tests stop and restart it) until the timeout.
+    """
+    started = time.perf_counter()
+    cancelled = 0
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            listing = client.list_jobs()
+        except SlurmRetryableError:
+            listing, active = None, None
+        else:
+            jobs = listing.jobs if listing else ()
+            active = [job for job in jobs if job.account == account and not job.state.is_finished]
+        if active == []:
+            return cancelled, time.perf_counter() - started
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"jobs in Slurm account {account} are still active after {timeout_seconds}s")
+        for job in active or ():
+            with contextlib.suppress(SlurmError):  # already ending, or slurmrestd away: the next listing tells
+                client.cancel_job(user=client.admin_user, job_id=job.job_id)
+                cancelled += 1
+        time.sleep(0.5)
+
+
+def slurm_account_delete(client: SlurmClient, *, account: str, timeout_seconds: float = 60) -> bool:
+    """Remove a per-run Slurm account (alice's association, then the account); whether it is gone.
+
+    slurmdbd refuses while it still counts a cancelled job as active, so this tries again for a while.
+    """
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            client.remove_user_association(account=account, user=JOB_USER, cluster=CLUSTER)
+            client.delete_account(name=account)
+            return True
+        except SlurmError as exc:
+            if any(message.error_number == 1900 for message in exc.messages):
+                return True  # 22.05's answer for an account that does not exist (any more)
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1)
+
+
+SLURMRESTD_PID_FILE = Path("/run/slurm/slurmrestd.pid")  # where scripts/cluster.sh keeps it
+
+
+def slurmrestd_pid() -> str:
+    """slurmrestd's process id: a different one after a run means it was restarted meanwhile (the delivery
+    fault tests stop and kill it), and the run's figures include that outage."""
+    try:
+        return SLURMRESTD_PID_FILE.read_text().strip()
+    except OSError:
+        return "?"
+
+
+def slurmrestd_wait(client: SlurmClient, *, timeout_seconds: float = 120) -> None:
+    """Wait until slurmrestd answers again."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            client.ping()
+            return
+        except SlurmRetryableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def machine_note() -> str:
+    """One line on how busy the machine was: the benchmarks share 2 cores with whatever else runs."""
+    one, five, _ = os.getloadavg()
+    return f"{os.cpu_count()} cores, load average {one:.1f} (1 min) {five:.1f} (5 min) at the start"
+
+
+def disturbance_note(pid_before: str) -> str:
+    pid_after = slurmrestd_pid()
+    if pid_after != pid_before:
+        return f"WARNING: slurmrestd was restarted during the run (pid {pid_before} -> {pid_after}); figures disturbed"
+    return ""
+
+
+def job_directories_remove() -> None:
+    """Remove the output directories the workers prepared for the benchmark tenant's jobs."""
+    shutil.rmtree(Path(settings.LOCAL_CLUSTER_LOG_ROOT) / TENANT, ignore_errors=True)
+
+
+class Portal:
+    """uvicorn (`portal.asgi:application`) and a Celery worker on the benchmark's database and Redis databases.
+
+    Both run in their own process groups, with logs in a temporary directory that is printed on failure.
+    """
+
+    def __init__(self, *, port: int = 8100, worker_concurrency: int = 2, with_worker: bool = True) -> None:
+        self.port = port
+        self.worker_concurrency = worker_concurrency
+        self.with_worker = with_worker
+        self.log_dir = Path(tempfile.mkdtemp(prefix="gpuportal-bench-"))
+        self.worker_name = f"bench-{uuid.uuid4().hex[:8]}@localhost"
+        self._processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _start(self, name: str, command: list[str]) -> subprocess.Popen[bytes]:
+        log = (self.log_dir / f"{name}.log").open("wb")
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**os.environ, **BENCH_ENVIRONMENT},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self._processes[name] = process
+        return process
+
+    def pid(self, name: str) -> int:
+        """The process id of `web` or `worker`."""
+        return self._processes[name].pid
+
+    def start(self, *, timeout_seconds: float = 60) -> None:
+        import httpx
+
+        from portal.celery import app as celery_app
+
+        bin_dir = Path(sys.executable).parent
+        if self.with_worker:
+            self._start(
+                "worker",
+                [
+                    str(bin_dir / "celery"),
+                    "-A",
+                    "portal",
+                    "worker",
+                    "--loglevel=WARNING",
+                    f"--concurrency={self.worker_concurrency}",
+                    f"--hostname={self.worker_name}",
+                    "--without-mingle",
+                    "--without-gossip",
+                ],
+            )
+        web = self._start(
+            "web",
+            [
+                str(bin_dir / "uvicorn"),
+                "portal.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--no-access-log",
+                "--log-level=warning",
+            ],
+        )
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            if any(process.poll() is not None for process in self._processes.values()):
+                raise RuntimeError(f"a portal process exited early; logs in {self.log_dir}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the portal did not start within {timeout_seconds}s; logs in {self.log_dir}")
+            try:
+                httpx.get(f"{self.base_url}/healthz", timeout=2)
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert web.poll() is None
+        while self.with_worker and not celery_app.control.ping(destination=[self.worker_name], timeout=0.5):
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the Celery worker did not answer within {timeout_seconds}s; logs in {self.log_dir}"
+                )
+
+    def stop(self) -> None:
+        for process in reversed(self._processes.values()):
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+        for process in self._processes.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=5)
+        self._processes.clear()
+
+    def log_count(self, text: str) -> dict[str, int]:
+        """How often each process's log mentions `text` (e.g. an error the processes logged)."""
+        return {log.stem: log.read_text(errors="replace").count(text) for log in sorted(self.log_dir.glob("*.log"))}
+
+    def __enter__(self) -> Portal:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def timed(label: str) -> Iterator[None]:
+    started = time.perf_counter()
+    yield
+    print(f"  {label}: {time.perf_counter() - started:.1f}s")
