@@ -94,14 +94,20 @@ def jobs_push(job_ids: Iterable[uuid.UUID]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    jobs = Job.objects.filter(pk__in=ids).select_related("project__tenant", "cluster", "user")
+    sends: list[tuple[str, dict[str, Any]]] = []
+    for job in Job.objects.filter(pk__in=ids).select_related("project__tenant", "cluster", "user"):
+        message = {"type": "job.update", "job": job_event(job)}
+        sends += [(project_jobs_group(job.project_id), message), (job_group(job.id), message)]
     try:
-        for job in jobs:
-            message = {"type": "job.update", "job": job_event(job)}
-            async_to_sync(layer.group_send)(project_jobs_group(job.project_id), message)
-            async_to_sync(layer.group_send)(job_group(job.id), message)
+        # One hop into the event loop for all of them: a hop costs ~3 ms, a send inside it ~0.3 ms.
+        async_to_sync(_group_send_all)(layer, sends)
     except Exception:  # Redis down must not fail the write that has already committed.
         logger.warning("could not push job changes to watchers", exc_info=True)
+
+
+async def _group_send_all(layer: Any, sends: list[tuple[str, dict[str, Any]]]) -> None:
+    for group, message in sends:
+        await layer.group_send(group, message)
 
 
 def job_transition(*, job: Job, to_state: JobState, detail: str = "", at: datetime | None = None) -> JobTransition:
@@ -449,7 +455,7 @@ def job_cancel(*, user: User, job: Job) -> Job:
     """
     now = timezone.now()
     with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
+        locked = Job.objects.select_for_update(no_key=True).get(pk=job.pk)
         if locked.is_external:
             raise Conflict(
                 "This job was submitted outside the portal and is read-only here; cancel it on the cluster "
