@@ -13,7 +13,7 @@ mkdir -p "$RUN_DIR" "$LOG_DIR" var/static
 
 # name -> command line; each runs in the background with its pid in var/run/<name>.pid.
 declare -A COMMANDS=(
-  [web]="$VENV/uvicorn portal.asgi:application --host $HOST --port $PORT --no-access-log"
+  [web]="$VENV/uvicorn portal.asgi:application --host $HOST --port $PORT --workers ${PORTAL_WEB_WORKERS:-2} --no-access-log"
   [worker]="$VENV/celery -A portal worker --loglevel=INFO --concurrency=${CELERY_CONCURRENCY:-2} --hostname=portal@%h"
   [beat]="$VENV/celery -A portal beat --loglevel=INFO --schedule=$ROOT/var/run/celerybeat-schedule"
 )
