@@ -481,6 +481,10 @@ _SYNCED_FIELDS = [
 
 def _apply(*, job: Job, slurm_job: SlurmJob | AccountingRecord, now: datetime) -> list[JobTransition] | None:
     """Set the job's fields from Slurm's; the transitions to record, or None when nothing changed."""
+    if job.slurm_job_id is None and job.is_final and slurm_job.state.is_finished:
+        # Ended before reaching Slurm (e.g. rejected), and so did Slurm's record: 22.05 keeps a submission it
+        # refused (error 2014) as a FAILED job. That is the refusal, not a lost submission: keep last_error.
+        return None
     before = {field: getattr(job, field) for field in _SYNCED_FIELDS}
     new_state = SLURM_TO_PORTAL_STATE.get(slurm_job.state)
     reason = getattr(slurm_job, "state_reason", "")
