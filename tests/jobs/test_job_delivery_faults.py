@@ -88,9 +88,19 @@ class Worker:
         self.process.wait(timeout=10)
 
     def stop(self) -> None:
+        """Stop it if it still runs, then remove its queue from the broker that concurrent runs share."""
         if self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=30)
+        with celery_app.connection_for_write() as broker:
+            channel: Any = broker.default_channel
+            for key in channel.client.scan_iter(f"*{self.queue}*"):  # the queue and its bindings
+                channel.client.delete(key)
+            # A killed worker's message stays in kombu's `unacked` hash, to come back into the queue in an hour.
+            for tag, payload in channel.client.hscan_iter(channel.unacked_key):
+                if self.queue in payload.decode():
+                    channel.client.hdel(channel.unacked_key, tag)
+                    channel.client.zrem(channel.unacked_index_key, tag)
 
     def tasks_run(self, task_name: str) -> int:
         """How many `task_name` tasks this worker has taken; a solo worker answers only between tasks."""
