@@ -75,7 +75,10 @@ def job_deliver(*, job_id: uuid.UUID) -> Delivery:
     """Submit a queued job to Slurm, unless an earlier attempt already did; safe to call any number of times."""
     now = timezone.now()
     with transaction.atomic():
-        job = Job.objects.select_for_update().select_related("cluster", "project__tenant").filter(pk=job_id).first()
+        # Lock the job row only ("self"): locking the joined project and cluster rows too would deadlock with
+        # a concurrent submission, whose foreign-key checks take a share lock on those rows.
+        jobs = Job.objects.select_for_update(of=("self",), no_key=True).select_related("cluster", "project__tenant")
+        job = jobs.filter(pk=job_id).first()
         if job is None or job.state != JobState.QUEUED:
             return Delivery("nothing to do")
         if job.submit_lease_until is not None and job.submit_lease_until > now:
@@ -98,7 +101,7 @@ def job_deliver(*, job_id: uuid.UUID) -> Delivery:
                 return Delivery("found in Slurm")
         if job.cancel_requested_at is not None:
             with transaction.atomic():
-                locked = Job.objects.select_for_update().get(pk=job.pk)
+                locked = Job.objects.select_for_update(no_key=True).get(pk=job.pk)
                 if locked.state == JobState.QUEUED:
                     _cancel_unsubmitted(locked, now=timezone.now())
             return Delivery("cancelled before submission")
@@ -197,7 +200,7 @@ def _slurm_words(exc: SlurmError) -> str:
 def _record_submitted(*, job_id: uuid.UUID, slurm_job_id: int, detail: str) -> None:
     now = timezone.now()
     with transaction.atomic():
-        job = Job.objects.select_for_update().get(pk=job_id)
+        job = Job.objects.select_for_update(no_key=True).get(pk=job_id)
         if job.slurm_job_id is not None:
             if job.slurm_job_id != slurm_job_id:  # the sync adopted another copy first; keep one
                 logger.error("job %s: Slurm jobs %s and %s carry its tag", job.pk, job.slurm_job_id, slurm_job_id)
@@ -248,7 +251,7 @@ def _reject(job: Job, message: str) -> None:
 
 def _reject_by_id(job_id: uuid.UUID, message: str) -> None:
     with transaction.atomic():
-        job = Job.objects.select_for_update().get(pk=job_id)
+        job = Job.objects.select_for_update(no_key=True).get(pk=job_id)
         if job.state == JobState.QUEUED and job.slurm_job_id is None:
             _reject(job, message)
 
@@ -336,12 +339,22 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
         else:
             untagged.append(slurm_job)
 
-    known = {job.pk: job for job in Job.objects.filter(cluster=cluster, pk__in=list(tagged)).only("pk", "slurm_job_id")}
+    known = {
+        job.pk: job
+        for job in Job.objects.filter(cluster=cluster, pk__in=list(tagged)).only("pk", "slurm_job_id", "state")
+    }
     updates: dict[uuid.UUID, SlurmJob] = {}
     for job_id, copies in tagged.items():
         job = known.get(job_id)
         if job is None:
             continue  # another portal's job, or one whose record was deleted
+        if job.slurm_job_id is None and job.is_final:
+            # Cancelled or rejected in the portal while a lost submission reached Slurm after all: stop it.
+            for orphan in copies:
+                if not orphan.state.is_finished:
+                    result.duplicates_cancelled += 1
+                    result.requests += _cancel_duplicate(client=client, job_id=job_id, slurm_job=orphan)
+            continue
         keep = next((copy for copy in copies if copy.job_id == job.slurm_job_id), None) or min(
             copies, key=lambda copy: copy.job_id
         )
@@ -381,7 +394,7 @@ def _tag_of(comment: str) -> uuid.UUID | None:
 
 
 def _cancel_duplicate(*, client: SlurmClient, job_id: uuid.UUID, slurm_job: SlurmJob) -> int:
-    logger.error("job %s: cancelling Slurm job %s, a second copy carrying its tag", job_id, slurm_job.job_id)
+    logger.error("job %s: cancelling Slurm job %s, a copy the portal does not follow", job_id, slurm_job.job_id)
     try:
         client.cancel_job(user=client.admin_user, job_id=slurm_job.job_id)
     except SlurmError as exc:
@@ -450,7 +463,7 @@ def jobs_apply_slurm_state(*, cluster: Cluster, updates: dict[uuid.UUID, SlurmJo
     transitions: list[JobTransition] = []
     now = timezone.now()
     with transaction.atomic():
-        jobs = Job.objects.select_for_update().filter(cluster=cluster, pk__in=list(updates))
+        jobs = Job.objects.select_for_update(no_key=True).filter(cluster=cluster, pk__in=list(updates))
         for job in jobs:
             new_transitions = _apply(job=job, slurm_job=updates[job.pk], now=now)
             if new_transitions is not None:
@@ -559,7 +572,7 @@ def _apply_accounting(*, cluster: Cluster, client: SlurmClient, job: Job) -> int
         return 0
     now = timezone.now()
     with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
+        locked = Job.objects.select_for_update(no_key=True).get(pk=job.pk)
         transitions = _apply(job=locked, slurm_job=record, now=now)
         if transitions is None:
             return 0

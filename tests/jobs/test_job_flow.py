@@ -257,3 +257,39 @@ def test_a_sync_with_nothing_changed_costs_one_304(live_project: LiveProject) ->
     result = live_project.sync()
     assert result.unchanged_listing is True
     assert result.requests == 1
+
+
+def test_a_lost_submission_of_a_job_cancelled_in_the_portal_is_cancelled_in_slurm(
+    live_project: LiveProject, slurm_client: SlurmClient
+) -> None:
+    # The portal cancelled a queued job whose earlier attempt timed out; that attempt reached Slurm after all.
+    with transaction.atomic():
+        job, _ = job_submit(
+            user=live_project.member,
+            project=live_project.project,
+            request=JobRequest(cluster="local", partition="h100", script="#!/bin/bash\nsleep 60\n"),
+        )
+        job_cancel(user=live_project.member, job=job)
+    lost = slurm_client.submit_job(
+        user="alice",
+        submission=JobSubmission(
+            name=job.name,
+            account=live_project.project.slurm_account,
+            partition="h100",
+            script=job.script,
+            time_limit_minutes=1,
+            working_directory="/tmp",
+            standard_output="/dev/null",
+            standard_error="/dev/null",
+            gpus=1,
+            comment=job.slurm_comment,
+            hold=True,
+        ),
+    )
+
+    result = live_project.sync()
+
+    assert result.duplicates_cancelled == 1
+    assert slurm_client.get_job(job_id=lost.job_id).state.is_finished
+    job.refresh_from_db()
+    assert (job.state, job.slurm_job_id) == (JobState.CANCELLED, None)
