@@ -79,7 +79,7 @@ class LiveProject:
         """Sync from Slurm (as beat would) until the job satisfies `condition`."""
         deadline = time.monotonic() + timeout
         while True:
-            job = Job.objects.get(pk=job_id)
+            job = Job.objects.get(pk=str(job_id))
             if condition(job):
                 return job
             if time.monotonic() > deadline:

@@ -138,7 +138,7 @@ def test_a_running_jobs_log_streams_byte_for_byte_across_a_reconnect(
 
     async_to_sync(follow)()
 
-    job = Job.objects.get(pk=reply["id"])
+    job = Job.objects.get(pk=str(reply["id"]))
     assert job.state == JobState.COMPLETED
     assert bytes(viewer.received["stdout"]) == SLOW_OUTPUT
     assert bytes(viewer.received["stderr"]) == b"warning\n"
@@ -191,7 +191,8 @@ def test_a_job_cancelled_while_queued_never_reaches_slurm(
     assert job.submit_attempts == 0
     assert _states(job) == ["queued", "cancelled"]
     listing = slurm_client.list_jobs()
-    assert all(slurm_job.comment != job.slurm_comment for slurm_job in listing.jobs if listing)
+    assert listing is not None
+    assert all(slurm_job.comment != job.slurm_comment for slurm_job in listing.jobs)
 
 
 def test_an_owner_cancels_a_pending_job_and_the_sync_records_it(

@@ -12,7 +12,7 @@ import pytest
 
 from jobs.slurm import SlurmAuthError, SlurmClient, SlurmNotFound, SlurmRejected
 from jobs.slurm.types import AccountingRecord, JobState, JobSubmission
-from tests.conftest import JOB_USER, is_finished, wait_for_job
+from tests.conftest import JOB_USER, is_finished, wait_for_job, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -70,11 +70,13 @@ def test_one_gpu_job_runs_completes_and_is_accounted(
     assert (job_directory / "stdout.txt").read_text() == "started\ndone\n"
 
     # Accounting queries by time window (22.05 refuses epoch seconds; the client sends times relative to now).
+    def listed_since(moment: datetime) -> bool:
+        records = slurm_client.accounting_jobs(account=slurm_account, start_time=moment)
+        return submitted.job_id in {record.job_id for record in records}
+
     now = datetime.now(UTC)
-    in_window = slurm_client.accounting_jobs(account=slurm_account, start_time=now - timedelta(minutes=10))
-    later = slurm_client.accounting_jobs(account=slurm_account, start_time=now + timedelta(hours=1))
-    assert submitted.job_id in {record.job_id for record in in_window}
-    assert submitted.job_id not in {record.job_id for record in later}
+    wait_until(lambda: listed_since(now - timedelta(minutes=10)), timeout_seconds=15, what="the windowed query")
+    assert not listed_since(now + timedelta(hours=1))
 
 
 def test_a_running_job_is_cancelled(slurm_client: SlurmClient, make_submission: Callable[..., JobSubmission]) -> None:
