@@ -83,6 +83,8 @@ def test_an_outsider_cannot_watch_another_tenants_job() -> None:
 
         communicator = WebsocketCommunicator(application, path, headers=[*HEADERS, cookie])
         connected, code = await communicator.connect(timeout=5)
+        # Let the application finish before the loop closes, as for an accepted socket.
+        await communicator.disconnect()
         return connected, code
 
     assert async_to_sync(refused)(f"/ws/jobs/{job.pk}/") == (False, 4404)

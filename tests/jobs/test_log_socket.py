@@ -377,6 +377,7 @@ def test_an_api_token_opens_the_log_socket(log_job: LogJob) -> None:
         await viewer.disconnect()
         refused = Viewer(log_job.job, headers=[(b"authorization", b"Bearer gpp_not-a-real-token")])
         assert await refused.connect() == (False, 4401)
+        await refused.disconnect()
 
     async_to_sync(scenario)()
 
