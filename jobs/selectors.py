@@ -17,7 +17,6 @@ from jobs.models import (
     ClusterAccount,
     GpuType,
     Job,
-    JobState,
     JobTemplate,
     JobTransition,
     Partition,
@@ -225,10 +224,6 @@ def job_get_for_user(*, user: AnyUser, job_id: uuid.UUID | str, action: JobActio
                     "may cancel this job."
                 ) from None
     return job
-
-
-def job_ids_active_on_cluster(*, cluster: Cluster) -> QuerySet[Job]:
-    return Job.objects.filter(cluster=cluster, state__in=[JobState.PENDING, JobState.RUNNING])
 
 
 # Templates -----------------------------------------------------------------------------------------------
