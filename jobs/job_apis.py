@@ -27,6 +27,7 @@ from jobs.selectors import (
     JobAction,
     cluster_get_for_user,
     cluster_list_for_user,
+    job_detail_load,
     job_get_for_user,
     job_list_for_user,
     job_template_get_for_user,
@@ -327,7 +328,7 @@ class JobListApi(generics.ListAPIView):  # type: ignore[type-arg]
             project=project,
             request=JobRequest(**data, idempotency_key=key),
         )
-        job = job_get_for_user(user=request.user, job_id=job.pk)
+        job = job_detail_load(job_id=job.pk)  # access was checked on the project above
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
         return Response(JobDetailOutput(job).data, status=code, headers={"Location": reverse("api-job", args=[job.pk])})
 

@@ -154,7 +154,7 @@ def job_submit(*, user: User, project: Project, request: JobRequest) -> tuple[Jo
     if problems:
         raise ValidationError(problems)
     assert cluster is not None
-    username = ClusterAccount.objects.get(cluster=cluster, user=user).username
+    username = values["cluster_username"]
     job_id = uuid.uuid4()
     paths = job_paths(
         log_root=cluster.log_root, tenant_slug=project.tenant.slug, project_slug=project.slug, job_id=job_id
@@ -287,7 +287,9 @@ def _validated(*, user: User, values: dict[str, Any]) -> tuple[Cluster | None, d
         names = ", ".join(Cluster.objects.filter(is_active=True).values_list("name", flat=True)) or "none yet"
         problem("cluster", f"There is no active cluster '{values['cluster']}'; choose one of: {names}.")
         return None, problems
-    if not ClusterAccount.objects.filter(cluster=cluster, user=user).exists():
+    username = ClusterAccount.objects.filter(cluster=cluster, user=user).values_list("username", flat=True).first()
+    values["cluster_username"] = username
+    if username is None:
         problem(
             "cluster",
             f"You have no username on cluster '{cluster.name}', so your jobs cannot run there; "

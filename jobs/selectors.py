@@ -191,6 +191,17 @@ def job_list_for_user(*, user: AnyUser) -> QuerySet[Job]:
     return jobs.filter(project__in=project_list_for_user(user=user).values("pk"))
 
 
+def _job_details() -> QuerySet[Job]:
+    return Job.objects.select_related("project__tenant", "cluster", "user").prefetch_related(
+        Prefetch("transitions", queryset=JobTransition.objects.order_by("id"))
+    )
+
+
+def job_detail_load(*, job_id: uuid.UUID) -> Job:
+    """A job with what its detail view shows, for a caller that has already checked access (after a submit)."""
+    return _job_details().get(pk=job_id)
+
+
 def _job_not_found(job_id: object) -> Http404:
     return Http404(f"No job '{job_id}' exists among the ones you can see; check the id or ask for access.")
 
@@ -201,12 +212,7 @@ def job_get_for_user(*, user: AnyUser, job_id: uuid.UUID | str, action: JobActio
         job_uuid = job_id if isinstance(job_id, uuid.UUID) else uuid.UUID(str(job_id))
     except ValueError:
         raise _job_not_found(job_id) from None
-    job = (
-        Job.objects.select_related("project__tenant", "cluster", "user")
-        .prefetch_related(Prefetch("transitions", queryset=JobTransition.objects.order_by("id")))
-        .filter(pk=job_uuid)
-        .first()
-    )
+    job = _job_details().filter(pk=job_uuid).first()
     if job is None:
         raise _job_not_found(job_id)
     try:

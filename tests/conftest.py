@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from channels.layers import channel_layers
 from django.conf import settings
 from django.db import connection
 
@@ -177,3 +178,11 @@ def wait_until(condition: Callable[[], bool], *, timeout_seconds: float = 30, wh
         if time.monotonic() > deadline:
             pytest.fail(f"{what} did not happen within {timeout_seconds}s")
         time.sleep(0.2)
+
+
+@pytest.fixture(autouse=True)
+def fresh_channel_layer() -> Iterator[None]:
+    """A new channel layer for each test: a layer keeps locks bound to the event loop that first used it,
+    and every test's `async_to_sync` runs a loop of its own."""
+    yield
+    channel_layers.backends.clear()

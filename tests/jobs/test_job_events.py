@@ -9,8 +9,8 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from jobs.job_services import JobRequest, job_cancel, job_submit
-from jobs.models import ClusterAccount
+from jobs.job_services import job_cancel
+from jobs.models import ClusterAccount, Job
 from tenants.services import token_create
 from tests.factories import add_project_member, make_matrix_cluster, make_project, make_tenant, make_user
 
@@ -34,13 +34,28 @@ async def _watch(path: str, header: tuple[bytes, bytes]) -> WebsocketCommunicato
     return communicator
 
 
+def _queued_job(user: Any, project: Any, cluster: Any) -> Job:
+    """A queued job stored without a delivery task: a Celery worker running for other tests must not take it."""
+    return Job.objects.create(
+        project=project,
+        cluster=cluster,
+        user=user,
+        cluster_username="alice",
+        name="watched",
+        partition="gpu",
+        gpus=1,
+        time_limit_minutes=5,
+        script="#!/bin/sh\n",
+    )
+
+
 def test_watchers_of_the_job_and_of_its_project_see_each_change() -> None:
     cluster = make_matrix_cluster()
     member = make_user()
     project = make_project(make_tenant())
     add_project_member(project, member)
     ClusterAccount.objects.create(cluster=cluster, user=member, username="alice")
-    job, _ = job_submit(user=member, project=project, request=JobRequest(cluster=cluster.name, script="#!/bin/sh\n"))
+    job = _queued_job(member, project, cluster)
     _, secret = token_create(user=member, name="watcher")
     cookie = _cookie(member)
 
@@ -75,7 +90,7 @@ def test_an_outsider_cannot_watch_another_tenants_job() -> None:
     project = make_project(make_tenant())
     add_project_member(project, member)
     ClusterAccount.objects.create(cluster=cluster, user=member, username="alice")
-    job, _ = job_submit(user=member, project=project, request=JobRequest(cluster=cluster.name, script="#!/bin/sh\n"))
+    job = _queued_job(member, project, cluster)
     cookie = _cookie(outsider)
 
     async def refused(path: str) -> tuple[bool, int | None]:
