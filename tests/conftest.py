@@ -166,10 +166,30 @@ def celery_worker(
         while not celery_app.control.ping(destination=[name], timeout=0.5):
             if worker.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the Celery worker did not start; its log:\n{log.read_text()}")
+        _running_workers.append(name)
         yield name
     finally:
+        _running_workers.clear()
         worker.terminate()
         worker.wait(timeout=30)
+
+
+_running_workers: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def quiet_celery_worker() -> Iterator[None]:
+    """After each test, drop the tasks it queued and wait until the session's worker is idle.
+
+    Tests that go through the services queue tasks (a project's Slurm sync, a job's delivery). Left to run
+    while the next transactional test truncates the tables, a task's query can deadlock with the TRUNCATE.
+    A solo worker answers a ping only between tasks, so the answer means it is idle.
+    """
+    yield
+    if _running_workers:
+        celery_app.control.purge()
+        if not celery_app.control.ping(destination=_running_workers, timeout=60):
+            pytest.fail("the Celery worker stayed busy for 60 s after the test")
 
 
 def wait_until(condition: Callable[[], bool], *, timeout_seconds: float = 30, what: str = "the condition") -> None:
