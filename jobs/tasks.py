@@ -7,6 +7,7 @@ import uuid
 
 from celery import shared_task
 from django.conf import settings
+from django.db import OperationalError
 
 from jobs import accounts, job_sync
 from jobs.clusters import slurm_client_for
@@ -73,7 +74,18 @@ def slurm_reconcile_all() -> None:
 # Jobs ----------------------------------------------------------------------------------------------------
 
 
-@shared_task(ignore_result=True, soft_time_limit=60, time_limit=90)
+# A database error (a deadlock, a failover) is retried soon: delivery is idempotent, and the sweep would
+# otherwise pick the job up only after JOB_SUBMIT_SWEEP_GRACE_SECONDS.
+@shared_task(
+    ignore_result=True,
+    soft_time_limit=60,
+    time_limit=90,
+    autoretry_for=(OperationalError,),
+    retry_backoff=1,
+    retry_backoff_max=30,
+    retry_jitter=True,
+    max_retries=5,
+)
 def job_submit(job_id: str) -> None:
     """Deliver a queued job to Slurm exactly once; retryable failures schedule the next attempt here."""
     delivery = job_sync.job_deliver(job_id=uuid.UUID(job_id))
