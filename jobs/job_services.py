@@ -473,8 +473,8 @@ def job_cancel(*, user: User, job: Job) -> Job:
         fields = ["cancel_requested_at", "cancel_requested_by", "updated_at"]
         submitting = locked.submit_lease_until is not None and locked.submit_lease_until > now
         if locked.state == JobState.QUEUED and locked.slurm_job_id is None and not submitting:
-            transition = job_transition(job=locked, to_state=JobState.CANCELLED, detail=_cancel_detail(user), at=now)
-            transition.save()
+            detail = cancelled_before_slurm(user.username)
+            job_transition(job=locked, to_state=JobState.CANCELLED, detail=detail, at=now).save()
             locked.ended_at = now
             fields += ["state", "ended_at"]
         else:
@@ -492,8 +492,9 @@ def job_cancel(*, user: User, job: Job) -> Job:
     return locked
 
 
-def _cancel_detail(user: User) -> str:
-    return f"cancelled by {user.username} before it reached Slurm"
+def cancelled_before_slurm(username: str) -> str:
+    """The timeline's words for a job cancelled while still in the portal's queue."""
+    return f"cancelled by {username} before it reached Slurm"
 
 
 def _enqueue_cancel(job_id: uuid.UUID) -> None:

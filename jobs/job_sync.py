@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from jobs import accounts
 from jobs.clusters import slurm_client_for
-from jobs.job_services import job_transition, jobs_push
+from jobs.job_services import cancelled_before_slurm, job_transition, jobs_push
 from jobs.models import (
     JOB_COMMENT_PREFIX,
     Cluster,
@@ -228,9 +228,7 @@ def _enqueue_cancel(job_id: uuid.UUID) -> None:
 
 def _cancel_unsubmitted(job: Job, *, now: datetime) -> None:
     requester = job.cancel_requested_by.username if job.cancel_requested_by else "a user"
-    job_transition(
-        job=job, to_state=JobState.CANCELLED, detail=f"cancelled by {requester} before it reached Slurm", at=now
-    ).save()
+    job_transition(job=job, to_state=JobState.CANCELLED, detail=cancelled_before_slurm(requester), at=now).save()
     job.ended_at = now
     job.submit_lease_until = None
     job.updated_at = now
