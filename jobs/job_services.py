@@ -26,6 +26,7 @@ from jobs.paths import JobPaths, job_paths
 from jobs.reasons import pending_reason_text
 from jobs.templates import BUILTIN_TEMPLATES
 from portal.errors import Conflict
+from quotas.services import quota_release, quota_reserve
 from tenants.models import Project
 from tenants.services import audit_record
 
@@ -217,6 +218,8 @@ def _job_create(
         next_attempt_at=now,
     )
     job.save(force_insert=True)
+    # Refused for want of GPU-hours, this raises and the transaction stores nothing.
+    quota_reserve(job=job, gpu_type=values["quota_gpu_type"], now=now)
     JobTransition.objects.create(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted")
     audit_record(
         actor=user,
@@ -299,6 +302,9 @@ def _validated(*, user: User, values: dict[str, Any]) -> tuple[Cluster | None, d
     partitions = {partition.name: partition for partition in cluster.partitions.all()}
     partition = _partition_for(values, partitions, problem, cluster)
     _validate_gpus(values, partition, cluster, problem)
+    # The type the job's GPUs will have, which picks the allocation it draws on: its own, or its partition's only one.
+    offered = partition.gpu_types if partition is not None else []
+    values["quota_gpu_type"] = values["gpu_type"] or (offered[0] if len(offered) == 1 else None)
     _validate_time_limit(values, partition, problem)
     _validate_resources(values, partition, cluster, problem)
     _validate_name(values, problem)
@@ -475,6 +481,7 @@ def job_cancel(*, user: User, job: Job) -> Job:
         if locked.state == JobState.QUEUED and locked.slurm_job_id is None and not submitting:
             detail = cancelled_before_slurm(user.username)
             job_transition(job=locked, to_state=JobState.CANCELLED, detail=detail, at=now).save()
+            quota_release(job=locked, note=detail)
             locked.ended_at = now
             fields += ["state", "ended_at"]
         else:

@@ -180,6 +180,7 @@ class SlurmDriftKind(models.TextChoices):
     MISSING_USER_ASSOCIATION = "missing_user_association", "User association missing"
     EXTRA_USER_ASSOCIATION = "extra_user_association", "User association the portal did not grant"
     UNKNOWN_ACCOUNT = "unknown_account", "Account in a tenant's subtree that no project uses"
+    GPU_LIMIT = "gpu_limit", "GPU-minute limit differs from the project's allocations"
 
 
 class SlurmDriftReport(models.Model):

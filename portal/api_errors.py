@@ -79,7 +79,7 @@ def _as_drf(exc: Exception) -> Exception:
     if isinstance(exc, DjangoPermissionDenied):
         return exceptions.PermissionDenied(str(exc) or "You may not do this.")
     if isinstance(exc, Conflict):
-        return ConflictError(str(exc) or None)
+        return ConflictError(str(exc) or None, code=exc.code)
     return exc
 
 

@@ -109,6 +109,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "jobs.tasks.jobs_sync_all",
         "schedule": JOB_SYNC_INTERVAL_SECONDS,
     },
+    "sync-quota-limits": {
+        "task": "jobs.tasks.quota_limits_sync_all",
+        "schedule": env_int("QUOTA_LIMIT_SYNC_INTERVAL_SECONDS", 60),
+    },
     "reconcile-slurm-accounts": {
         "task": "jobs.tasks.slurm_reconcile_all",
         "schedule": env_int("SLURM_RECONCILE_INTERVAL_SECONDS", 600),
@@ -193,6 +197,19 @@ JOB_SUBMIT_RETRY_MAX_SECONDS = env_int("JOB_SUBMIT_RETRY_MAX_SECONDS", 300)
 JOB_SUBMIT_GIVE_UP_HOURS = env_int("JOB_SUBMIT_GIVE_UP_HOURS", 24)
 # How often a live log viewer looks for new output (seconds; each viewer lstats both files per poll).
 JOB_LOG_POLL_SECONDS = float(env_str("JOB_LOG_POLL_SECONDS", "0.5"))
+
+# Quotas: usage thresholds (percent of granted, counting reservations) that alert managers and tenant admins
+# once per allocation. (QUOTA_LIMIT_SYNC_INTERVAL_SECONDS, 60: how often workers bring Slurm's GPU-minute
+# limits in line with the allocations; see CELERY_BEAT_SCHEDULE.)
+QUOTA_ALERT_THRESHOLDS = tuple(int(part) for part in env_str("QUOTA_ALERT_THRESHOLDS", "50,80,100").split(","))
+
+# E-mail: the console backend prints messages in the workers' log; set EMAIL_BACKEND and EMAIL_HOST for real mail.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-portal@localhost")
+# How links in e-mails start (scheme, host and port of the portal as users reach it).
+PORTAL_BASE_URL = env_str("PORTAL_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 
 # The local development cluster that `make cluster` starts; `seed_demo` registers it as "local".
 LOCAL_CLUSTER_URL = env_str("LOCAL_CLUSTER_URL", "http://127.0.0.1:6820")

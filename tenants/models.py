@@ -151,3 +151,23 @@ class AuditEvent(models.Model):
         return (
             f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_username or 'system'} {self.action} {self.target_label}"
         )
+
+
+class Notification(models.Model):
+    """A message for one user inside the portal (quota alerts, decisions on their requests), until read."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications")
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="notifications")
+    kind = models.CharField(max_length=64)
+    title = models.CharField(max_length=300)
+    body = models.TextField(blank=True)
+    link = models.CharField(max_length=500, blank=True, help_text="Where to act on it (a portal path)")
+    created_at = models.DateTimeField(default=timezone.now)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["user", "read_at", "-created_at"], name="notification_user_unread")]
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.title}"

@@ -1,0 +1,495 @@
+"""Writes to allocations and the quota ledger: grants, a reservation when a job is accepted, its release and
+its real charge when the job ends, and the move of open reservations into the next period.
+
+Every movement is one `LedgerEntry` plus the matching change of the allocation's balances, made under a lock
+on the allocation row (`SELECT ... FOR UPDATE`): on PostgreSQL, twenty simultaneous submissions against room
+for five queue on that lock and exactly five find room. A job's charge and its reservations are unique in
+the ledger, so a repeated import, a retried task or a second worker changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q, Sum
+from django.db.models.functions import Coalesce
+
+from portal.errors import Conflict
+from quotas.models import Allocation, LedgerEntry, LedgerKind
+from quotas.units import format_gpu_hours, gpu_hours_to_seconds
+from tenants.models import Project
+from tenants.services import Actor, audit_record
+
+if TYPE_CHECKING:
+    from jobs.models import Cluster, Job
+
+logger = logging.getLogger(__name__)
+
+
+def allocation_requests_path(allocation: Allocation) -> str:
+    """Where a member asks for more hours on this allocation."""
+    return f"/api/v1/allocations/{allocation.pk}/requests/"
+
+
+class QuotaExceeded(Conflict):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="quota_exceeded")
+
+
+class NoAllocation(Conflict):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="no_allocation")
+
+
+# Allocations and grants ---------------------------------------------------------------------------------
+
+
+def _allocation_state(allocation: Allocation) -> dict[str, object]:
+    return {
+        "project": str(allocation.project),
+        "cluster": allocation.cluster.name,
+        "gpu_type": allocation.gpu_type,
+        "starts_on": allocation.starts_on.isoformat(),
+        "ends_on": allocation.ends_on.isoformat(),
+        "granted_gpu_seconds": allocation.granted_gpu_seconds,
+    }
+
+
+def allocation_create(
+    *,
+    actor: Actor,
+    project: Project,
+    cluster: Cluster,
+    gpu_hours: Decimal,
+    starts_on: date,
+    ends_on: date,
+    gpu_type: str = "",
+    note: str = "",
+) -> Allocation:
+    """Give a project GPU-hours on a cluster (optionally one GPU type) for a period; one grant row records it.
+
+    Periods of the same project, cluster and GPU type may not overlap: a job must have exactly one
+    allocation to draw on. Raises Conflict when they would.
+    """
+    gpu_seconds = gpu_hours_to_seconds(gpu_hours)
+    if gpu_seconds < 0:
+        raise Conflict("An allocation cannot start with negative GPU-hours; give 0 or more.")
+    if ends_on < starts_on:
+        raise Conflict(f"The period ends ({ends_on}) before it starts ({starts_on}); swap the dates.")
+    with transaction.atomic():
+        # Serialises allocation changes of one project, so two overlapping periods cannot both get in.
+        Project.objects.select_for_update().filter(pk=project.pk).first()
+        overlapping = Allocation.objects.filter(
+            project=project, cluster=cluster, gpu_type=gpu_type, starts_on__lte=ends_on, ends_on__gte=starts_on
+        ).first()
+        if overlapping is not None:
+            kind = f" for {gpu_type}" if gpu_type else ""
+            raise Conflict(
+                f"{project} already has an allocation on {cluster.name}{kind} from {overlapping.starts_on} to "
+                f"{overlapping.ends_on}, which overlaps {starts_on}..{ends_on}; grant more hours on that one, "
+                "or choose a period after it."
+            )
+        allocation = Allocation.objects.create(
+            project=project,
+            cluster=cluster,
+            gpu_type=gpu_type,
+            starts_on=starts_on,
+            ends_on=ends_on,
+            granted_gpu_seconds=gpu_seconds,
+            created_by=actor if actor is not None and actor.is_authenticated else None,
+        )
+        LedgerEntry.objects.create(
+            allocation=allocation,
+            project=project,
+            cluster=cluster,
+            kind=LedgerKind.GRANT,
+            gpu_seconds=gpu_seconds,
+            actor=allocation.created_by,
+            note=note or "initial grant",
+        )
+        audit_record(
+            actor=actor,
+            action="allocation.create",
+            target=allocation,
+            tenant=project.tenant,
+            before=None,
+            after=_allocation_state(allocation),
+        )
+        schedule_limit_sync(project_id=project.pk, cluster_id=cluster.pk)
+    return allocation
+
+
+def allocation_grant(*, actor: Actor, allocation: Allocation, gpu_seconds: int, note: str) -> Allocation:
+    """Add GPU-seconds to an allocation (negative: take back what is not used or reserved)."""
+    with transaction.atomic():
+        locked = (
+            Allocation.objects.select_for_update().select_related("project__tenant", "cluster").get(pk=allocation.pk)
+        )
+        if gpu_seconds < 0 and -gpu_seconds > max(locked.remaining_gpu_seconds, 0):
+            raise Conflict(
+                f"Only {format_gpu_hours(max(locked.remaining_gpu_seconds, 0))} GPU-hours of this allocation are "
+                f"neither used nor reserved; take back at most that much."
+            )
+        before = _allocation_state(locked)
+        LedgerEntry.objects.create(
+            allocation=locked,
+            project_id=locked.project_id,
+            cluster_id=locked.cluster_id,
+            kind=LedgerKind.GRANT,
+            gpu_seconds=gpu_seconds,
+            actor=actor if actor is not None and actor.is_authenticated else None,
+            note=note,
+        )
+        locked.granted_gpu_seconds = F("granted_gpu_seconds") + gpu_seconds
+        locked.save(update_fields=["granted_gpu_seconds"])
+        locked.refresh_from_db(fields=["granted_gpu_seconds", "charged_gpu_seconds", "reserved_gpu_seconds"])
+        audit_record(
+            actor=actor,
+            action="allocation.grant",
+            target=locked,
+            tenant=locked.project.tenant,
+            before=before,
+            after={**_allocation_state(locked), "change_gpu_seconds": gpu_seconds, "note": note},
+        )
+        schedule_limit_sync(project_id=locked.project_id, cluster_id=locked.cluster_id)
+    return locked
+
+
+def schedule_limit_sync(*, project_id: int, cluster_id: int) -> None:
+    """After the transaction commits, have a worker write the project's GPU-minute limit into Slurm."""
+    # jobs depends on quotas: its task module is imported when needed, as tenants does.
+    from jobs.tasks import quota_limit_sync
+
+    def enqueue() -> None:
+        try:
+            quota_limit_sync.delay(project_id, cluster_id)
+        except Exception:  # broker down: the periodic limit sync writes it on its next run
+            logger.warning("could not enqueue the quota limit sync of project %s", project_id, exc_info=True)
+
+    transaction.on_commit(enqueue)
+
+
+def _schedule_alerts(allocation_id: int) -> None:
+    from quotas.tasks import allocation_alerts_check
+
+    def enqueue() -> None:
+        try:
+            allocation_alerts_check.delay(allocation_id)
+        except Exception:  # broker down: the next movement on the allocation checks again
+            logger.warning("could not enqueue the alert check of allocation %s", allocation_id, exc_info=True)
+
+    transaction.on_commit(enqueue)
+
+
+# Which allocation a job draws on --------------------------------------------------------------------------
+
+
+def allocations_current(*, project_id: int, cluster_id: int, now: datetime) -> list[Allocation]:
+    today = now.date()
+    return list(
+        Allocation.objects.filter(
+            project_id=project_id, cluster_id=cluster_id, starts_on__lte=today, ends_on__gte=today
+        ).order_by("gpu_type")
+    )
+
+
+def allocation_for(*, candidates: list[Allocation], gpu_type: str | None) -> Allocation | None:
+    """The allocation for this GPU type: the one restricted to it, else the one for any type."""
+    if gpu_type:
+        for allocation in candidates:
+            if allocation.gpu_type == gpu_type:
+                return allocation
+    for allocation in candidates:
+        if not allocation.gpu_type:
+            return allocation
+    return None
+
+
+def job_gpu_seconds_needed(job: Job) -> int:
+    """What a job may use at most, and so what it reserves: its GPUs for its whole time limit."""
+    return job.gpus * job.time_limit_minutes * 60
+
+
+@dataclass(frozen=True)
+class Reservation:
+    allocation: Allocation
+    gpu_seconds: int
+
+
+def quota_reserve(*, job: Job, gpu_type: str | None, now: datetime) -> Reservation | None:
+    """Reserve the job's GPU-hours, or refuse with what it needs and what is left. Call inside the transaction
+    that stores the job; a refusal raises, so the job is not stored. `gpu_type` is the type the job will get
+    (its own, or the only one its partition has). Jobs without GPUs reserve nothing."""
+    needed = job_gpu_seconds_needed(job)
+    if needed == 0:
+        return None
+    project = job.project
+    cluster = job.cluster
+    candidates = allocations_current(project_id=project.pk, cluster_id=cluster.pk, now=now)
+    chosen = allocation_for(candidates=candidates, gpu_type=gpu_type)
+    if chosen is None:
+        raise NoAllocation(
+            _no_allocation_message(project=project, cluster=cluster, gpu_type=gpu_type, found=candidates)
+        )
+    allocation = Allocation.objects.select_for_update().get(pk=chosen.pk)
+    remaining = allocation.remaining_gpu_seconds
+    if needed > remaining:
+        raise QuotaExceeded(_exceeded_message(job=job, allocation=allocation, needed=needed))
+    _reserve(allocation=allocation, job=job, gpu_seconds=needed, note="accepted")
+    return Reservation(allocation=allocation, gpu_seconds=needed)
+
+
+def _no_allocation_message(*, project: Project, cluster: Cluster, gpu_type: str | None, found: list[Allocation]) -> str:
+    if gpu_type is None and found:
+        types = ", ".join(sorted(allocation.gpu_type for allocation in found))
+        return (
+            f"{project.slug}'s GPU-hours on cluster {cluster.name} are for {types} GPUs only; choose gpu_type "
+            f"{'one of ' if len(found) > 1 else ''}{types}, or a partition that has only those GPUs."
+        )
+    kind = f" for {gpu_type} GPUs" if gpu_type else ""
+    offered = (
+        f" (it has some for {', '.join(sorted(a.gpu_type for a in found if a.gpu_type))})"
+        if any(a.gpu_type for a in found)
+        else ""
+    )
+    return (
+        f"{project.slug} has no GPU-hour allocation on cluster {cluster.name}{kind} for today{offered}; "
+        "ask your tenant admin or a portal admin for one."
+    )
+
+
+def _exceeded_message(*, job: Job, allocation: Allocation, needed: int) -> str:
+    remaining = max(allocation.remaining_gpu_seconds, 0)
+    kind = f" ({allocation.gpu_type} GPUs)" if allocation.gpu_type else ""
+    left = f"{format_gpu_hours(remaining)} GPU-hours left" if remaining else "no GPU-hours left"
+    return (
+        f"This job needs {format_gpu_hours(needed)} GPU-hours ({job.gpus} GPU{'s' if job.gpus != 1 else ''} x "
+        f"{job.time_limit_minutes} min); {job.project.slug} has {left} on cluster {job.cluster.name}{kind} until "
+        f"{allocation.ends_on.isoformat()}; request more at {allocation_requests_path(allocation)}, "
+        "or ask for fewer GPUs or a shorter time limit."
+    )
+
+
+def _reserve(*, allocation: Allocation, job: Job, gpu_seconds: int, note: str) -> None:
+    """Record a reservation on a locked allocation."""
+    LedgerEntry.objects.create(
+        allocation=allocation,
+        project_id=allocation.project_id,
+        cluster_id=allocation.cluster_id,
+        kind=LedgerKind.RESERVE,
+        gpu_seconds=gpu_seconds,
+        job=job,
+        note=note,
+    )
+    Allocation.objects.filter(pk=allocation.pk).update(reserved_gpu_seconds=F("reserved_gpu_seconds") + gpu_seconds)
+    _schedule_alerts(allocation.pk)
+
+
+def quota_reserve_found(*, job: Job, now: datetime) -> bool:
+    """Reserve for a job found running or pending in the project's Slurm account without the portal (an
+    external job): Slurm is already counting it, so it is reserved without a check, and may overdraw.
+    False when it had a reservation already or there is no allocation to hold one."""
+    needed = job_gpu_seconds_needed(job)
+    if needed == 0:
+        return False
+    candidates = allocations_current(project_id=job.project_id, cluster_id=job.cluster_id, now=now)
+    chosen = allocation_for(candidates=candidates, gpu_type=job.gpu_type or None) or (
+        candidates[0] if candidates else None
+    )
+    if chosen is None:
+        return False
+    try:
+        with transaction.atomic():
+            allocation = Allocation.objects.select_for_update().get(pk=chosen.pk)
+            if LedgerEntry.objects.filter(job=job, kind=LedgerKind.RESERVE).exists():
+                return False
+            _reserve(allocation=allocation, job=job, gpu_seconds=needed, note="found in Slurm")
+    except IntegrityError:
+        return False
+    return True
+
+
+# Ending: release and charge ------------------------------------------------------------------------------
+
+
+def _open_reservations(job: Job) -> list[LedgerEntry]:
+    entries = list(LedgerEntry.objects.filter(job=job, kind__in=[LedgerKind.RESERVE, LedgerKind.RELEASE]))
+    released = {entry.allocation_id for entry in entries if entry.kind == LedgerKind.RELEASE}
+    return [entry for entry in entries if entry.kind == LedgerKind.RESERVE and entry.allocation_id not in released]
+
+
+def _release(*, reservation: LedgerEntry, note: str) -> None:
+    """Give a reservation back; the allocation must be locked."""
+    LedgerEntry.objects.create(
+        allocation_id=reservation.allocation_id,
+        project_id=reservation.project_id,
+        cluster_id=reservation.cluster_id,
+        kind=LedgerKind.RELEASE,
+        gpu_seconds=reservation.gpu_seconds,
+        job_id=reservation.job_id,
+        note=note,
+    )
+    Allocation.objects.filter(pk=reservation.allocation_id).update(
+        reserved_gpu_seconds=F("reserved_gpu_seconds") - reservation.gpu_seconds
+    )
+
+
+def _lock(allocation_ids: set[int | None]) -> None:
+    ids = sorted(pk for pk in allocation_ids if pk is not None)  # one order everywhere: no deadlocks
+    if ids:
+        list(Allocation.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk", flat=True))
+
+
+def quota_release(*, job: Job, note: str) -> int:
+    """Give back the job's open reservation without a charge (it never ran). Returns GPU-seconds released."""
+    with transaction.atomic():
+        open_entries = _open_reservations(job)
+        _lock({entry.allocation_id for entry in open_entries})
+        open_entries = _open_reservations(job)  # again, under the lock
+        for entry in open_entries:
+            _release(reservation=entry, note=note)
+    return sum(entry.gpu_seconds for entry in open_entries)
+
+
+def quota_charge(*, job: Job, gpu_seconds: int, now: datetime, note: str) -> bool:
+    """Replace the job's reservation by what it really used (GPU-seconds from Slurm's accounting).
+
+    The charge lands on the allocation that holds the job's reservation; a job without one (found in Slurm
+    after it ended) is charged to the allocation for its GPU type open when it ended, or to none. False when
+    the job was charged already: charging is idempotent.
+    """
+    if gpu_seconds < 0:
+        raise ValueError(f"negative usage {gpu_seconds} for job {job.pk}")
+    try:
+        with transaction.atomic():
+            open_entries = _open_reservations(job)
+            target_id: int | None
+            if open_entries:
+                target_id = open_entries[-1].allocation_id
+            else:
+                ended = job.ended_at or now
+                candidates = allocations_current(project_id=job.project_id, cluster_id=job.cluster_id, now=ended)
+                chosen = allocation_for(candidates=candidates, gpu_type=job.gpu_type or None) or (
+                    candidates[0] if candidates else None
+                )
+                target_id = chosen.pk if chosen else None
+            _lock({target_id, *(entry.allocation_id for entry in open_entries)})
+            if LedgerEntry.objects.filter(job=job, kind=LedgerKind.CHARGE).exists():
+                return False
+            for entry in _open_reservations(job):
+                _release(reservation=entry, note="replaced by the charge")
+            LedgerEntry.objects.create(
+                allocation_id=target_id,
+                project_id=job.project_id,
+                cluster_id=job.cluster_id,
+                kind=LedgerKind.CHARGE,
+                gpu_seconds=gpu_seconds,
+                job=job,
+                note=note,
+                created_at=now,
+            )
+            if target_id is not None:
+                Allocation.objects.filter(pk=target_id).update(
+                    charged_gpu_seconds=F("charged_gpu_seconds") + gpu_seconds
+                )
+                _schedule_alerts(target_id)
+    except IntegrityError:
+        return False  # a parallel import charged it first
+    return True
+
+
+# Period rollover ----------------------------------------------------------------------------------------
+
+
+def quota_carry_over(*, now: datetime) -> int:
+    """Move the open reservations of allocations whose period has ended into the next allocation of the same
+    project, cluster and GPU type, if one is open: a job that runs across the boundary is used in the new
+    period, in Slurm's count as in the portal's. Returns the number of reservations moved."""
+    today = now.date()
+    moved = 0
+    ended_with_reservations = Allocation.objects.filter(ends_on__lt=today, reserved_gpu_seconds__gt=0)
+    for old in ended_with_reservations:
+        successor = Allocation.objects.filter(
+            project_id=old.project_id,
+            cluster_id=old.cluster_id,
+            gpu_type=old.gpu_type,
+            starts_on__lte=today,
+            ends_on__gte=today,
+        ).first()
+        if successor is None:
+            continue
+        with transaction.atomic():
+            _lock({old.pk, successor.pk})
+            entries = list(
+                LedgerEntry.objects.filter(allocation=old, kind__in=[LedgerKind.RESERVE, LedgerKind.RELEASE])
+            )
+            released = {entry.job_id for entry in entries if entry.kind == LedgerKind.RELEASE}
+            for entry in entries:
+                if entry.kind != LedgerKind.RESERVE or entry.job_id in released or entry.job_id is None:
+                    continue
+                _release(reservation=entry, note=f"carried into the period from {successor.starts_on}")
+                LedgerEntry.objects.create(
+                    allocation=successor,
+                    project_id=successor.project_id,
+                    cluster_id=successor.cluster_id,
+                    kind=LedgerKind.RESERVE,
+                    gpu_seconds=entry.gpu_seconds,
+                    job_id=entry.job_id,
+                    note=f"carried over from the period ending {old.ends_on}",
+                )
+                Allocation.objects.filter(pk=successor.pk).update(
+                    reserved_gpu_seconds=F("reserved_gpu_seconds") + entry.gpu_seconds
+                )
+                moved += 1
+    return moved
+
+
+# The GPU-minute limit Slurm should hold ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExpectedLimit:
+    """The limit for a project's account on a cluster, and what it is made of (all GPU-seconds)."""
+
+    opening_gpu_seconds: int  # usage in Slurm before the portal tracked the account
+    charged_before_gpu_seconds: int  # charged outside the allocations open now: past periods, or none
+    granted_now_gpu_seconds: int  # granted on the allocations open now
+    carried_gpu_seconds: int  # still reserved on closed allocations: admitted jobs that may yet run
+
+    @property
+    def gpu_seconds(self) -> int:
+        return (
+            self.opening_gpu_seconds
+            + self.charged_before_gpu_seconds
+            + self.granted_now_gpu_seconds
+            + self.carried_gpu_seconds
+        )
+
+
+def quota_expected_limit(*, project_id: int, cluster_id: int, opening_gpu_seconds: int, now: datetime) -> ExpectedLimit:
+    """Slurm's usage counter for the account never resets here (PriorityDecayHalfLife=0,
+    PriorityUsageResetPeriod=NONE), so the limit is the usage Slurm has counted before the open period plus
+    what the open period grants (the cumulative approach of Pitt's Keystone). The usage before is read from
+    the ledger, whose charges come from Slurm's own accounting, plus the opening usage."""
+    today = now.date()
+    closed = Q(allocation__ends_on__lt=today)
+    open_now = Q(allocation__starts_on__lte=today, allocation__ends_on__gte=today)
+    sums = LedgerEntry.objects.filter(project_id=project_id, cluster_id=cluster_id).aggregate(
+        charged_before=Coalesce(
+            Sum("gpu_seconds", filter=Q(kind=LedgerKind.CHARGE) & (closed | Q(allocation=None))), 0
+        ),
+        granted_now=Coalesce(Sum("gpu_seconds", filter=Q(kind=LedgerKind.GRANT) & open_now), 0),
+        reserved_closed=Coalesce(Sum("gpu_seconds", filter=Q(kind=LedgerKind.RESERVE) & closed), 0),
+        released_closed=Coalesce(Sum("gpu_seconds", filter=Q(kind=LedgerKind.RELEASE) & closed), 0),
+    )
+    return ExpectedLimit(
+        opening_gpu_seconds=opening_gpu_seconds,
+        charged_before_gpu_seconds=int(sums["charged_before"]),
+        granted_now_gpu_seconds=int(sums["granted_now"]),
+        carried_gpu_seconds=int(sums["reserved_closed"]) - int(sums["released_closed"]),
+    )
