@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from datetime import date, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -10,6 +12,8 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from jobs.models import Cluster, ClusterAccount, GpuType, Node, Partition
+from quotas.models import Allocation
+from quotas.services import allocation_create
 from tenants import services
 from tenants.models import Project, ProjectMembership, Tenant, TenantMembership
 
@@ -76,3 +80,25 @@ def make_matrix_cluster(name: str = "matrixcluster") -> Cluster:
 def give_cluster_accounts(cluster: Cluster, users: dict[str, Any], roles: tuple[str, ...]) -> None:
     for index, role in enumerate(roles):
         ClusterAccount.objects.create(cluster=cluster, user=users[role], username=f"matrix{index}")
+
+
+def grant_allocation(
+    project: Project,
+    cluster: Cluster,
+    gpu_hours: Decimal | int | str = 1000,
+    *,
+    gpu_type: str = "",
+    starts_on: date | None = None,
+    ends_on: date | None = None,
+) -> Allocation:
+    """GPU-hours for `project` on `cluster`, by default for a period around today that tests cannot outrun."""
+    today = timezone.now().date()
+    return allocation_create(
+        actor=None,
+        project=project,
+        cluster=cluster,
+        gpu_hours=Decimal(str(gpu_hours)),
+        gpu_type=gpu_type,
+        starts_on=starts_on or today - timedelta(days=1),
+        ends_on=ends_on or today + timedelta(days=30),
+    )
