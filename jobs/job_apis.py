@@ -6,7 +6,6 @@ from the database as the workers last synced it; web requests never call Slurm.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import django_filters
@@ -38,16 +37,11 @@ from portal.api_errors import ERRORS, ERRORS_WITH_CONFLICT
 from portal.api_pagination import PagePagination
 from portal.errors import Conflict
 from tenants.models import Project
-from tenants.selectors import ProjectAction, project_get_for_user
-
-_PROJECT_LABEL = re.compile(r"^([^/]+)/([^/]+)$")
+from tenants.selectors import ProjectAction, project_get_by_label_for_user
 
 
 def _project_from_label(*, user: Any, label: str, action: ProjectAction) -> Project:
-    match = _PROJECT_LABEL.match(label)
-    if match is None:
-        raise serializers.ValidationError({"project": ["Give the project as 'tenant/project', e.g. 'acme/vision'."]})
-    return project_get_for_user(user=user, tenant_slug=match[1], project_slug=match[2], action=action)
+    return project_get_by_label_for_user(user=user, label=label, action=action)
 
 
 # Clusters ----------------------------------------------------------------------------------------------

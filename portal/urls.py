@@ -14,6 +14,7 @@ urlpatterns = [
     path("api/v1/me/", MeApi.as_view(), name="api-me"),
     path("api/v1/", include("tenants.api_urls")),
     path("api/v1/", include("jobs.api_urls")),
+    path("api/v1/", include("quotas.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

@@ -325,6 +325,8 @@ def _open_reservations(job: Job) -> list[LedgerEntry]:
 
 def _release(*, reservation: LedgerEntry, note: str) -> None:
     """Give a reservation back; the allocation must be locked."""
+    allocation_id = reservation.allocation_id
+    assert allocation_id is not None, "a reservation always belongs to an allocation"
     LedgerEntry.objects.create(
         allocation_id=reservation.allocation_id,
         project_id=reservation.project_id,
@@ -334,7 +336,7 @@ def _release(*, reservation: LedgerEntry, note: str) -> None:
         job_id=reservation.job_id,
         note=note,
     )
-    Allocation.objects.filter(pk=reservation.allocation_id).update(
+    Allocation.objects.filter(pk=allocation_id).update(
         reserved_gpu_seconds=F("reserved_gpu_seconds") - reservation.gpu_seconds
     )
 

@@ -8,9 +8,10 @@ Portal admins (Django staff) may do everything.
 from __future__ import annotations
 
 import enum
+import re
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404
 
@@ -152,6 +153,19 @@ def project_get_for_user(
         needed += f", or the tenant role 'admin' in '{project.tenant.slug}'"
     held = f"you are '{project_role.value}'" if project_role else "you have no role in it"
     raise PermissionDenied(f"This needs the project role {needed} in project '{label}'; {held}.")
+
+
+_PROJECT_LABEL = re.compile(r"^([^/]+)/([^/]+)$")
+
+
+def project_get_by_label_for_user(
+    *, user: AnyUser, label: str, action: ProjectAction = ProjectAction.VIEW, field: str = "project"
+) -> Project:
+    """The project written 'tenant/project' (as the API takes it), with the access rules of project_get_for_user."""
+    match = _PROJECT_LABEL.match(label)
+    if match is None:
+        raise ValidationError({field: ["Give the project as 'tenant/project', e.g. 'acme/vision'."]})
+    return project_get_for_user(user=user, tenant_slug=match[1], project_slug=match[2], action=action)
 
 
 def project_get_by_id_for_user(
