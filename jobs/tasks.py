@@ -9,7 +9,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import OperationalError
 
-from jobs import accounts, job_sync
+from jobs import accounts, job_sync, quota_limits
 from jobs.clusters import slurm_client_for
 from jobs.models import Cluster
 from jobs.services import cluster_check, cluster_sync_inventory
@@ -132,3 +132,20 @@ def jobs_sync_all() -> None:
     # A sync that waited longer than one interval in the queue is stale: the next one replaces it.
     for cluster_id in Cluster.objects.filter(is_active=True).values_list("pk", flat=True):
         cluster_jobs_sync.apply_async((cluster_id,), expires=2 * settings.JOB_SYNC_INTERVAL_SECONDS)
+
+
+# GPU-minute limits -------------------------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True, soft_time_limit=60, time_limit=90)
+def quota_limit_sync(project_id: int, cluster_id: int) -> None:
+    """Write one project's GPU-minute limit after its allocations changed. Idempotent; a failure is recorded
+    on its limit state and written by the periodic run (within a minute) instead of a retry here."""
+    quota_limits.quota_limit_sync(project_id=project_id, cluster_id=cluster_id)
+
+
+# A run at midnight may write many limits (a few requests each); an overlapping run only finds them written.
+@shared_task(ignore_result=True, soft_time_limit=240, time_limit=300)
+def quota_limits_sync_all() -> None:
+    """Every minute: roll periods over and write the limits that differ from the ones applied."""
+    quota_limits.quota_limits_sync_all()
