@@ -20,6 +20,8 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -51,12 +53,14 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connections  # noqa: E402
+from django.utils import timezone  # noqa: E402
 
 from jobs import accounts  # noqa: E402
 from jobs.clusters import slurm_client_for  # noqa: E402
 from jobs.models import Cluster, ClusterAccount, ProjectSlurmAccount  # noqa: E402
 from jobs.services import cluster_check, cluster_sync_inventory  # noqa: E402
 from jobs.slurm import SlurmClient, SlurmError, SlurmRetryableError  # noqa: E402
+from quotas.services import allocation_create  # noqa: E402
 from tenants import services  # noqa: E402
 from tenants.models import Project, ProjectRole, TenantRole  # noqa: E402
 
@@ -135,6 +139,16 @@ def world_create(*, project_slug: str) -> World:
     services.tenant_member_add(actor=None, tenant=tenant, user=user, role=TenantRole.ADMIN)
     services.project_member_add(actor=None, project=project, user=user, role=ProjectRole.MANAGER)
     ClusterAccount.objects.update_or_create(cluster=cluster, user=user, defaults={"username": JOB_USER})
+    today = timezone.now().date()
+    # Enough GPU-hours that the portal's quota check never refuses a benchmark job.
+    allocation_create(
+        actor=None,
+        project=project,
+        cluster=cluster,
+        gpu_hours=Decimal(10_000_000),
+        starts_on=today - timedelta(days=1),
+        ends_on=today + timedelta(days=30),
+    )
     _, token = services.token_create(user=user, name=f"bench-{uuid.uuid4().hex[:8]}")
     # The services scheduled this as a task too; running it here means the project is ready now. The task
     # messages are flushed before a worker starts, so no worker repeats it during a measurement.

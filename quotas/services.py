@@ -162,10 +162,10 @@ def allocation_grant(*, actor: Actor, allocation: Allocation, gpu_seconds: int, 
 
 def schedule_limit_sync(*, project_id: int, cluster_id: int) -> None:
     """After the transaction commits, have a worker write the project's GPU-minute limit into Slurm."""
-    # jobs depends on quotas: its task module is imported when needed, as tenants does.
-    from jobs.tasks import quota_limit_sync
-
     def enqueue() -> None:
+        # jobs depends on quotas: its task module is imported when needed, as tenants does.
+        from jobs.tasks import quota_limit_sync
+
         try:
             quota_limit_sync.delay(project_id, cluster_id)
         except Exception:  # broker down: the periodic limit sync writes it on its next run
@@ -258,7 +258,7 @@ def _no_allocation_message(*, project: Project, cluster: Cluster, gpu_type: str 
         else ""
     )
     return (
-        f"{project.slug} has no GPU-hour allocation on cluster {cluster.name}{kind} for today{offered}; "
+        f"{project.slug} has no GPU-hour allocation open today on cluster {cluster.name}{kind}{offered}; "
         "ask your tenant admin or a portal admin for one."
     )
 

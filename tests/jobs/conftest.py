@@ -18,7 +18,7 @@ from jobs.models import Cluster, ClusterAccount, Job
 from jobs.services import cluster_check, cluster_sync_inventory
 from jobs.slurm import SlurmClient, SlurmError
 from tenants.models import Project
-from tests.factories import add_project_member, make_project, make_tenant, make_user
+from tests.factories import add_project_member, grant_allocation, make_project, make_tenant, make_user
 
 
 def local_cluster() -> Cluster:
@@ -100,6 +100,7 @@ def live_project(slurm_client: SlurmClient) -> Iterator[LiveProject]:
     project = make_project(tenant)
     add_project_member(project, member, "member")
     add_project_member(project, manager, "manager")
+    grant_allocation(project, cluster)
     project_slurm_sync(project_id=project.pk)
     api = APIClient()
     api.force_authenticate(member)

@@ -10,7 +10,14 @@ from django.utils import timezone
 from jobs.job_services import JobRequest, job_submit
 from jobs.models import Cluster, ClusterAccount, GpuType, Job, JobState, Node, Partition
 from tenants.models import Project, Tenant
-from tests.factories import add_project_member, make_matrix_cluster, make_project, make_tenant, make_user
+from tests.factories import (
+    add_project_member,
+    grant_allocation,
+    make_matrix_cluster,
+    make_project,
+    make_tenant,
+    make_user,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -102,6 +109,7 @@ def test_a_portal_admin_cancels_a_queued_job_from_the_admin() -> None:
     project = make_project(make_tenant())
     add_project_member(project, member)
     ClusterAccount.objects.create(cluster=cluster, user=member, username="alice")
+    grant_allocation(project, cluster)
     job, _ = job_submit(user=member, project=project, request=JobRequest(cluster=cluster.name, script="#!/bin/sh\n"))
     admin_client = Client()
     admin_client.force_login(make_user(is_staff=True))

@@ -12,7 +12,14 @@ from rest_framework.test import APIClient
 from jobs.job_services import JobRequest, job_submit
 from jobs.models import Cluster, ClusterAccount, Job, JobState, JobTemplate
 from tenants.models import Project
-from tests.factories import add_project_member, add_tenant_member, make_project, make_tenant, make_user
+from tests.factories import (
+    add_project_member,
+    add_tenant_member,
+    grant_allocation,
+    make_project,
+    make_tenant,
+    make_user,
+)
 from tests.jobs.conftest import local_cluster
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +34,9 @@ def cluster() -> Cluster:
 
 @pytest.fixture
 def project(cluster: Cluster) -> Project:
-    return make_project(make_tenant())
+    project = make_project(make_tenant())
+    grant_allocation(project, cluster)
+    return project
 
 
 def _api(user: Any) -> APIClient:
@@ -270,6 +279,7 @@ def _jobs(project: Project, user: Any, count: int, **request: Any) -> list[Job]:
 def test_the_job_list_shows_only_jobs_of_projects_one_may_see(project: Project, cluster: Cluster) -> None:
     member = _member(project, cluster)
     other_project = make_project(make_tenant())
+    grant_allocation(other_project, cluster)
     other_member = _member(other_project, cluster, username="bob")
     mine = _jobs(project, member, 2)
     _jobs(other_project, other_member, 3)

@@ -45,7 +45,7 @@ from jobs.tasks import job_submit as job_submit_task
 from portal.celery import app as celery_app
 from tenants.models import Project
 from tests.conftest import wait_until
-from tests.factories import add_project_member, make_project, make_tenant, make_user, unique_slug
+from tests.factories import add_project_member, grant_allocation, make_project, make_tenant, make_user, unique_slug
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -355,6 +355,7 @@ def world(slurm_client: SlurmClient, shared_project: SharedProject) -> Iterator[
     project = make_project(tenant, shared_project.project_slug)
     shared_project.slurm_accounts[:] = [project.slurm_account, tenant.slurm_parent_account]
     add_project_member(project, member, "member")
+    grant_allocation(project, cluster)
     project_slurm_sync(project_id=project.pk)
     api = APIClient()
     api.force_authenticate(member)

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +24,19 @@ from django.contrib import admin
 from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
 
 from jobs.job_services import JobRequest, job_submit
 from jobs.models import Job, JobTemplate
 from portal.routing import websocket_urlpatterns
+from quotas.models import Allocation, LedgerEntry
 from tenants.models import ApiToken, AuditEvent, Project, ProjectMembership, Tenant, TenantMembership
 from tenants.services import token_create
 from tests.factories import (
     add_project_member,
     add_tenant_member,
     give_cluster_accounts,
+    grant_allocation,
     make_matrix_cluster,
     make_project,
     make_tenant,
@@ -52,6 +56,7 @@ class World:
     member_token_id: int
     newcomer: Any
     job_id: str
+    allocation_id: str
     template_id: str
 
 
@@ -75,6 +80,7 @@ def world(db: None, tmp_path: Path) -> World:
     cluster.log_root = str(tmp_path)
     cluster.save(update_fields=["log_root"])
     give_cluster_accounts(cluster, users, ("member", "manager", "staff"))
+    allocation = grant_allocation(project, cluster)
     job, _ = job_submit(
         user=users["member"],
         project=project,
@@ -94,6 +100,7 @@ def world(db: None, tmp_path: Path) -> World:
         newcomer=make_user("m-new"),
         job_id=str(job.pk),
         template_id=str(template.pk),
+        allocation_id=str(allocation.pk),
     )
 
 
@@ -208,6 +215,25 @@ MATRIX: dict[str, dict[str, Case]] = {
     # The job's owner is the member; managers and tenant admins cancel anyone's job.
     "api/v1/jobs/<uuid:job_id>/cancel/": {"POST": Case(only(202, ("member", *PROJECT_MANAGERS)))},
     "api/v1/jobs/<uuid:job_id>/log/": {"GET": Case(only(200, PROJECT_VIEWERS))},
+    # Allocations: read by those who see the project; created and changed by portal admins only.
+    "api/v1/allocations/": {
+        "GET": Case(everyone(200), leak_free_for=("outsider", "tenant_member")),
+        "POST": Case(
+            everyone(403) | {"staff": 201},
+            body=lambda w: {
+                "project": f"{TENANT_SLUG}/{PROJECT_SLUG}",
+                "cluster": "matrixcluster",
+                "gpu_hours": "10",
+                "starts_on": (timezone.now().date() + timedelta(days=60)).isoformat(),
+                "ends_on": (timezone.now().date() + timedelta(days=90)).isoformat(),
+            },
+        ),
+    },
+    "api/v1/allocations/<int:allocation_id>/": {"GET": Case(only(200, PROJECT_VIEWERS))},
+    "api/v1/allocations/<int:allocation_id>/grant/": {
+        "POST": Case(only(200, ("staff",)), body=lambda w: {"gpu_hours": "5", "note": "matrix"})
+    },
+    "api/v1/allocations/<int:allocation_id>/ledger/": {"GET": Case(only(200, PROJECT_VIEWERS))},
     "api/v1/job-templates/": {
         "GET": Case(everyone(200), leak_free_for=("outsider", "tenant_member")),
         "POST": Case(
@@ -271,6 +297,7 @@ def _url(route: str, world: World, **overrides: str) -> str:
         "token_id": str(world.member_token_id),
         "job_id": world.job_id,
         "template_id": world.template_id,
+        "allocation_id": world.allocation_id,
         "cluster": "matrixcluster",
         **overrides,
     }
@@ -299,6 +326,8 @@ def database_fingerprint() -> str:
         list(ApiToken.objects.order_by("pk").values_list("pk", "name", "revoked_at")),
         list(Job.objects.order_by("pk").values_list("pk", "state", "cancel_requested_at")),
         list(JobTemplate.objects.order_by("pk").values_list("pk", "name", "gpus")),
+        list(Allocation.objects.order_by("pk").values_list("pk", "granted_gpu_seconds", "reserved_gpu_seconds")),
+        LedgerEntry.objects.count(),
         AuditEvent.objects.count(),
     ]
     return hashlib.sha256(repr(rows).encode()).hexdigest()
@@ -348,6 +377,16 @@ def _check_no_leak(world: World, role: str, route: str, method: str, response: A
         )
         assert ghost.status_code == 404
         normalised = body.replace(TENANT_SLUG, "ghosttenant").replace(PROJECT_SLUG, "ghostproject")
+        assert normalised == ghost.content.decode(), f"the outsider can tell that /{route} exists"
+    if role == "outsider" and response.status_code == 404 and "<int:allocation_id>" in route:
+        ghost = _request(
+            _client(world, role),
+            method,
+            _url(route, world, allocation_id="999999"),
+            case.body(world) if case.body else None,
+        )
+        assert ghost.status_code == 404
+        normalised = body.replace(world.allocation_id, "999999")
         assert normalised == ghost.content.decode(), f"the outsider can tell that /{route} exists"
 
 
@@ -409,6 +448,7 @@ def test_websocket_routes_accept_exactly_the_matrix_roles() -> None:
     make_tenant("wsother", admin=users["outsider"])
     cluster = make_matrix_cluster("wscluster")
     give_cluster_accounts(cluster, users, ("member",))
+    grant_allocation(project, cluster)
     job, _ = job_submit(
         user=users["member"], project=project, request=JobRequest(cluster=cluster.name, script="#!/bin/bash\n")
     )
