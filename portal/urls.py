@@ -15,6 +15,8 @@ urlpatterns = [
     path("api/v1/", include("tenants.api_urls")),
     path("api/v1/", include("jobs.api_urls")),
     path("api/v1/", include("quotas.api_urls")),
+    path("api/v1/", include("quotas.request_apis")),
+    path("api/v1/", include("tenants.notification_apis")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
