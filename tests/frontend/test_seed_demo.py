@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from jobs.models import ClusterAccount, JobTemplate
+from quotas.models import Allocation, TenantPool
 from tenants.models import AuditEvent, Project, ProjectMembership
 
 pytestmark = pytest.mark.django_db
@@ -23,3 +25,21 @@ def test_seeding_twice_creates_everything_once() -> None:
     assert sorted(ClusterAccount.objects.values_list("username", flat=True)) == ["alice", "bob", "carol"]
     template = JobTemplate.objects.get()
     assert (str(template.project), template.name, template.gpus) == ("acme/vision", "Nightly evaluation", 2)
+
+
+def test_the_demo_has_this_months_gpu_hours() -> None:
+    call_command("seed_demo", verbosity=0)
+    call_command("seed_demo", verbosity=0)
+
+    allocations = {
+        (str(allocation.project), allocation.gpu_type): allocation.granted_gpu_seconds // 3600
+        for allocation in Allocation.objects.select_related("project__tenant")
+    }
+    assert allocations == {("acme/vision", "h100"): 500, ("acme/nlp", "a100"): 100, ("globex/genomics", ""): 50}
+    today = timezone.now().date()
+    assert all(
+        allocation.starts_on == today.replace(day=1) and allocation.is_current(timezone.now())
+        for allocation in Allocation.objects.all()
+    )
+    pool = TenantPool.objects.get()
+    assert (pool.tenant.slug, pool.gpu_seconds) == ("acme", 200 * 3600)

@@ -1,4 +1,4 @@
-"""`manage.py seed_demo`: the demo tenants, projects, users and the local cluster. Safe to run again.
+"""`manage.py seed_demo`: the demo tenants, projects, users, allocations and the local cluster. Safe to run again.
 
 Tenants, projects and memberships are made through tenants.services, as a portal admin would make them, so
 they get their Slurm account names and audit events and the Slurm sync is scheduled. A second run only changes
@@ -7,6 +7,9 @@ what differs from the demo (a name, a role) and creates nothing twice.
 
 from __future__ import annotations
 
+import calendar
+from datetime import date
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -15,9 +18,13 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
+from django.utils import timezone
 
 from jobs.job_services import job_template_save
 from jobs.models import Cluster, ClusterAccount, JobTemplate
+from quotas.models import Allocation, TenantPool
+from quotas.requests import tenant_pool_create
+from quotas.services import allocation_create
 from tenants import services
 from tenants.models import Project, ProjectMembership, ProjectRole, Tenant, TenantMembership, TenantRole
 
@@ -31,6 +38,15 @@ DEMO_USERS = {
     "bob": ("acme", TenantRole.MEMBER, {"vision": ProjectRole.MEMBER}),
     "carol": ("globex", TenantRole.ADMIN, {"genomics": ProjectRole.MANAGER}),
 }
+# This month's GPU-hours: a large H100 allocation, a smaller A100 one and a small one of any type that is easy
+# to use up in a demo (a 4-GPU job of 2 hours needs 8 of its 50). Acme's admins may hand out 200 more.
+DEMO_ALLOCATIONS = {
+    ("acme", "vision"): (Decimal(500), "h100"),
+    ("acme", "nlp"): (Decimal(100), "a100"),
+    ("globex", "genomics"): (Decimal(50), ""),
+}
+DEMO_TENANT_POOLS = {"acme": Decimal(200)}
+
 # A saved template of acme/vision, next to the built-in ones.
 DEMO_TEMPLATE: dict[str, Any] = {
     "name": "Nightly evaluation",
@@ -54,7 +70,10 @@ ACTOR = None
 
 
 class Command(BaseCommand):
-    help = "Create the demo tenants, projects, users (password from DEMO_PASSWORD) and register the local cluster."
+    help = (
+        "Create the demo tenants, projects, users (password from DEMO_PASSWORD) and this month's GPU-hours, "
+        "and register the local cluster."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -101,6 +120,39 @@ class Command(BaseCommand):
             self.stdout.write(f"Saving template '{DEMO_TEMPLATE['name']}' in {vision}")
             job_template_save(user=self._user("alice"), project=vision, values=DEMO_TEMPLATE)
 
+        first_day, last_day = _this_month()
+        for (tenant_slug, project_slug), (gpu_hours, gpu_type) in DEMO_ALLOCATIONS.items():
+            project = projects[tenant_slug, project_slug]
+            if not Allocation.objects.filter(
+                project=project, cluster=cluster, gpu_type=gpu_type, starts_on__lte=last_day, ends_on__gte=first_day
+            ).exists():
+                kind = f" on {gpu_type}" if gpu_type else ""
+                self.stdout.write(f"Granting {project} {gpu_hours} GPU-hours{kind} for {first_day:%B %Y}")
+                allocation_create(
+                    actor=admin,
+                    project=project,
+                    cluster=cluster,
+                    gpu_hours=gpu_hours,
+                    gpu_type=gpu_type,
+                    starts_on=first_day,
+                    ends_on=last_day,
+                    note="demo",
+                )
+        for tenant_slug, gpu_hours in DEMO_TENANT_POOLS.items():
+            tenant = tenants[tenant_slug]
+            if not TenantPool.objects.filter(
+                tenant=tenant, cluster=cluster, starts_on__lte=last_day, ends_on__gte=first_day
+            ).exists():
+                self.stdout.write(f"Giving tenant {tenant} a pool of {gpu_hours} GPU-hours for {first_day:%B %Y}")
+                tenant_pool_create(
+                    actor=admin,
+                    tenant=tenant,
+                    cluster=cluster,
+                    gpu_hours=gpu_hours,
+                    starts_on=first_day,
+                    ends_on=last_day,
+                )
+
     def _user(self, username: str) -> User:
         user, _ = get_user_model().objects.get_or_create(
             username=username, defaults={"email": f"{username}@example.org"}
@@ -141,3 +193,8 @@ class Command(BaseCommand):
         elif membership.role != role:
             self.stdout.write(f"Changing {user.get_username()}'s role in project {project} to {role}")
             services.project_member_change_role(actor=ACTOR, membership=membership, role=role)
+
+
+def _this_month() -> tuple[date, date]:
+    today = timezone.now().date()
+    return today.replace(day=1), today.replace(day=calendar.monthrange(today.year, today.month)[1])
