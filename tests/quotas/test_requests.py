@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any, Protocol
@@ -33,7 +32,7 @@ class CaptureOnCommit(Protocol):
 
 
 @pytest.fixture(autouse=True)
-def queued_tasks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
+def queued_tasks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
     """Tasks the services hand to the broker after commit, recorded instead of sent: these tests run no worker."""
     from jobs.tasks import quota_limit_sync
     from quotas.tasks import allocation_alerts_check
@@ -41,7 +40,7 @@ def queued_tasks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, tu
     queued: list[tuple[str, tuple[Any, ...]]] = []
     monkeypatch.setattr(quota_limit_sync, "delay", lambda *args: queued.append(("quota_limit_sync", args)))
     monkeypatch.setattr(allocation_alerts_check, "delay", lambda *args: queued.append(("alerts_check", args)))
-    yield queued
+    return queued
 
 
 def client_for(user: Any) -> APIClient:
@@ -188,7 +187,8 @@ def test_a_member_asks_a_portal_admin_approves_in_part_and_the_new_remaining_sho
     assert actions == [("quota_request.create", world.alice.pk), ("quota_request.approve", world.root.pk)]
     approve = AuditEvent.objects.get(action="quota_request.approve")
     assert approve.tenant == world.tenant
-    assert approve.before is not None and approve.after is not None
+    assert approve.before is not None
+    assert approve.after is not None
     assert (approve.before["state"], approve.after["state"]) == ("pending", "partially_approved")
     assert approve.after["granted_gpu_seconds"] == 73_800
 
@@ -252,7 +252,8 @@ def test_a_tenant_admin_approves_within_the_tenant_pool_and_is_refused_beyond_it
         409,
         message=(
             f"Tenant 'acme' has no pool of GPU-hours on cluster matrixcluster covering {world.starts_on} to "
-            f"{world.ends_on} to approve from; ask a portal admin to approve this request, or to give the tenant a pool."
+            f"{world.ends_on} to approve from; ask a portal admin to approve this request, "
+            "or to give the tenant a pool."
         ),
     )
     assert QuotaRequest.objects.get(pk=first["id"]).state == "pending"
