@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any, Protocol
 
 import pytest
 from django.core import mail
+from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -504,3 +506,35 @@ def test_requests_on_an_allocation_whose_period_ended_are_refused(world: World) 
     )
     assert not QuotaRequest.objects.exists()
     assert Allocation.objects.get(pk=old.pk).granted_gpu_seconds == 36_000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_tenant_admins_approving_at_once_never_hand_out_more_than_the_pool(world: World) -> None:
+    second_admin = make_user("abe")
+    add_tenant_member(world.tenant, second_admin, "admin")
+    world.pool("30")
+    asked = [world.ask(gpu_hours="20")["id"], world.ask(gpu_hours="20")["id"]]
+    barrier = threading.Barrier(2)
+    outcomes: list[int] = []
+
+    def approve(admin: Any, request_id: int) -> None:
+        barrier.wait()
+        try:
+            outcomes.append(world.decide(admin, request_id, "20").status_code)
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=approve, args=(admin, request_id))
+        for admin, request_id in zip((world.ada, second_admin), asked, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(outcomes) == [200, 409]
+    assert sorted(QuotaRequest.objects.values_list("state", flat=True)) == ["approved", "pending"]
+    assert TenantPool.objects.get().distributed_gpu_seconds == 72_000
+    world.allocation.refresh_from_db()
+    assert world.allocation.granted_gpu_seconds == 360_000 + 72_000
