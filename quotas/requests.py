@@ -25,7 +25,7 @@ from quotas.services import allocation_grant
 from quotas.units import format_gpu_hours, gpu_hours_to_seconds
 from tenants.models import ProjectMembership, Tenant, TenantMembership, TenantRole
 from tenants.notifications import notifications_send
-from tenants.selectors import AnyUser, is_portal_admin, tenant_role_of
+from tenants.selectors import AnyUser, is_portal_admin, project_get_for_user, tenant_role_of
 from tenants.services import audit_record
 
 if TYPE_CHECKING:
@@ -355,17 +355,28 @@ def quota_request_list_for_user(*, user: AnyUser) -> QuerySet[QuotaRequest]:
 def quota_request_get_for_user(
     *, user: AnyUser, request_id: int, action: QuotaRequestAction = QuotaRequestAction.VIEW
 ) -> QuotaRequest:
-    """The request if `user` may do `action` on it: 404 for those who cannot see it, 403 for a role too low."""
-    request = quota_request_list_for_user(user=user).filter(pk=request_id).first()
-    if request is None:
-        raise Http404(
-            f"No quota request {request_id} exists among the ones you can see; list yours with "
-            "GET /api/v1/quota-requests/."
+    """The request if `user` may do `action` on it: 404 for users outside its tenant (worded as for a request
+    that does not exist), 403 for a role too low, as for its project."""
+    request = (
+        QuotaRequest.objects.select_related(
+            "allocation__project__tenant", "allocation__cluster", "requested_by", "decided_by"
         )
-    tenant = request.allocation.project.tenant
-    if action is QuotaRequestAction.DECIDE and not _may_decide(user=user, tenant=tenant):
+        .filter(pk=request_id)
+        .first()
+    )
+    not_found = Http404(
+        f"No quota request {request_id} exists among the ones you can see; list yours with GET /api/v1/quota-requests/."
+    )
+    if request is None:
+        raise not_found
+    project = request.allocation.project
+    try:
+        project_get_for_user(user=user, tenant_slug=project.tenant.slug, project_slug=project.slug)
+    except Http404:
+        raise not_found from None
+    if action is QuotaRequestAction.DECIDE and not _may_decide(user=user, tenant=project.tenant):
         raise PermissionDenied(
-            f"Deciding a request needs the tenant role 'admin' in tenant '{tenant.slug}', or a portal admin; "
+            f"Deciding a request needs the tenant role 'admin' in tenant '{project.tenant.slug}', or a portal admin; "
             "ask one of the tenant's admins."
         )
     if action is QuotaRequestAction.WITHDRAW and request.requested_by_id != user.pk:

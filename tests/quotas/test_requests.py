@@ -410,6 +410,18 @@ def test_roles_too_low_get_403_naming_the_role_needed(world: World) -> None:
         )
     withdrawn = client_for(world.mona).post(f"/api/v1/quota-requests/{asked['id']}/withdraw/")
     assert_error(withdrawn, 403, message="Only alice, who asked, may withdraw this request; admins deny it instead.")
+    # A tenant member without a role in the project is told so, as for the project itself.
+    tina = make_user("tina")
+    add_tenant_member(world.tenant, tina)
+    assert_error(
+        client_for(tina).get(f"/api/v1/quota-requests/{asked['id']}/"),
+        403,
+        message=(
+            "This needs the project role 'manager' or 'member' or 'viewer', or the tenant role 'admin' in 'acme' "
+            "in project 'acme/vision'; you have no role in it."
+        ),
+    )
+    assert client_for(tina).get("/api/v1/quota-requests/").json()["count"] == 0
     # Viewers read the requests of their project.
     assert client_for(world.victor).get(f"/api/v1/allocations/{world.allocation.pk}/requests/").json()["count"] == 1
     assert QuotaRequest.objects.count() == 1
