@@ -9,7 +9,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import OperationalError
 
-from jobs import accounts, job_sync, quota_limits
+from jobs import accounts, job_sync, quota_limits, quota_usage
 from jobs.clusters import slurm_client_for
 from jobs.models import Cluster
 from jobs.services import cluster_check, cluster_sync_inventory
@@ -114,8 +114,9 @@ def cluster_jobs_sync(cluster_id: int) -> None:
     cluster = Cluster.objects.filter(pk=cluster_id, is_active=True).first()
     if cluster is None:
         return
+    client = slurm_client_for(cluster)
     try:
-        result = job_sync.cluster_jobs_sync(cluster=cluster, client=slurm_client_for(cluster))
+        result = job_sync.cluster_jobs_sync(cluster=cluster, client=client)
     except SlurmError as exc:
         # Queued jobs wait; the next beat tick tries again.
         Cluster.objects.filter(pk=cluster.pk).update(jobs_sync_error=str(exc)[:2000])
@@ -125,6 +126,12 @@ def cluster_jobs_sync(cluster_id: int) -> None:
         requeued = result.requeued_ids
     for job_id in requeued:
         job_submit.delay(str(job_id))
+    # Also after a failed or unchanged (304) listing: a job's accounting record lands after the listing that
+    # ended it, and releases need no Slurm at all. Its failure must not look like the sync's.
+    try:
+        quota_usage.quota_usage_collect(cluster=cluster, client=client)
+    except Exception:
+        logger.exception("cluster %s: quota usage collection failed", cluster.name)
 
 
 @shared_task(ignore_result=True, soft_time_limit=30, time_limit=60)

@@ -1,0 +1,216 @@
+"""What jobs really cost: releases for jobs that never ran, charges from Slurm's accounting, reservations for jobs
+found running outside the portal.
+
+Runs after each periodic job sync of a cluster. A job ends in the portal as soon as slurmctld reports it;
+its accounting record (elapsed time, allocated GPUs) reaches slurmdbd a moment later, so a job whose record
+is not there yet simply stays uncharged until a later run finds it. Every step is idempotent (the ledger
+allows one charge per job and one release per reservation), so overlapping runs are harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from jobs.models import FINAL_JOB_STATES, Cluster, Job
+from jobs.slurm import SlurmClient, SlurmError
+from jobs.slurm.types import AccountingRecord
+from quotas.models import Allocation, LedgerEntry, LedgerKind, QuotaLimitState
+from quotas.services import quota_charge, quota_release, quota_reserve_found
+
+logger = logging.getLogger(__name__)
+
+# Jobs charged per run, oldest first: a backlog (after slurmdbd was down) is worked off over a few runs.
+CHARGE_BATCH_SIZE = 500
+# The accounting window opens this long before the oldest job's start: Slurm's clock and the portal's differ
+# a little, and a job's recorded start can precede the moment the sync saw it running.
+ACCOUNTING_WINDOW_MARGIN = timedelta(minutes=10)
+# A job whose record has not appeared after this long is no longer looked for: its reservation stays held
+# (Slurm counted the job, if it ran, so holding the most it could have used stays on the safe side) and
+# every run would otherwise fetch ever longer windows of accounting. The warning below names such jobs first.
+CHARGE_GIVE_UP_AFTER = timedelta(days=1)
+# slurmdbd normally has a record within seconds; one missing for longer than this deserves a warning.
+ACCOUNTING_LAG_WARNING = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class QuotaUsageResult:
+    released: int = 0  # reservations of jobs that never ran, given back
+    charged: int = 0  # jobs charged what Slurm's accounting says they used
+    awaiting_accounting: int = 0  # ended jobs whose record slurmdbd does not have yet
+    reserved_external: int = 0  # jobs found running outside the portal, now reserved
+    accounting_requests: int = 0
+    accounting_error: str = ""  # why the accounting request failed; its jobs are tried on the next run
+
+
+def quota_usage_collect(*, cluster: Cluster, client: SlurmClient, now: datetime | None = None) -> QuotaUsageResult:
+    """Release, charge and reserve for the cluster's jobs, in a constant number of queries and at most one
+    accounting request."""
+    now = now or timezone.now()
+    released = _release_never_ran(cluster=cluster)
+    charges = _charge_ended(cluster=cluster, client=client, now=now)
+    reserved = _reserve_externals(cluster=cluster, now=now)
+    return QuotaUsageResult(
+        released=released,
+        charged=charges.charged,
+        awaiting_accounting=charges.awaiting,
+        reserved_external=reserved,
+        accounting_requests=charges.requests,
+        accounting_error=charges.error,
+    )
+
+
+def _open_reservation() -> Exists:
+    """A reserve row of the outer job with no release of it on the same allocation."""
+    released = LedgerEntry.objects.filter(
+        job_id=OuterRef("job_id"), allocation_id=OuterRef("allocation_id"), kind=LedgerKind.RELEASE
+    )
+    return Exists(LedgerEntry.objects.filter(job_id=OuterRef("pk"), kind=LedgerKind.RESERVE).exclude(Exists(released)))
+
+
+def _charged() -> Exists:
+    return Exists(LedgerEntry.objects.filter(job_id=OuterRef("pk"), kind=LedgerKind.CHARGE))
+
+
+def _tracked_after_end() -> Exists:
+    """The portal started tracking the job's project on this cluster after the job ended: its usage is part
+    of the opening usage the limit already counts, and charging it too would count it twice."""
+    return Exists(
+        QuotaLimitState.objects.filter(
+            project_id=OuterRef("project_id"),
+            cluster_id=OuterRef("cluster_id"),
+            tracking_started_at__gt=OuterRef("ended_at"),
+        )
+    )
+
+
+def _release_never_ran(*, cluster: Cluster) -> int:
+    """Give back the reservations of ended jobs that never started (rejected, cancelled while queued or
+    pending), and of jobs that ended before the portal tracked their account's usage."""
+    jobs = (
+        Job.objects.filter(cluster=cluster, state__in=FINAL_JOB_STATES)
+        .filter(Q(started_at__isnull=True) | _tracked_after_end())
+        .filter(_open_reservation())
+        .order_by("ended_at", "pk")[:CHARGE_BATCH_SIZE]
+    )
+    released = 0
+    for job in jobs:
+        if job.started_at is None:
+            note = f"never ran ({job.get_state_display().lower()})"
+        else:
+            note = "ended before the portal tracked the account's usage (in its opening usage)"
+        if quota_release(job=job, note=note):
+            released += 1
+    return released
+
+
+def _chargeable(*, cluster: Cluster, now: datetime) -> QuerySet[Job]:
+    return (
+        Job.objects.filter(
+            cluster=cluster,
+            state__in=FINAL_JOB_STATES,
+            started_at__isnull=False,
+            ended_at__isnull=False,
+            ended_at__gte=now - CHARGE_GIVE_UP_AFTER,
+            slurm_job_id__isnull=False,
+            gpus__gt=0,
+        )
+        .exclude(_charged())
+        .exclude(_tracked_after_end())
+        .select_related("project")
+        .order_by("ended_at", "pk")
+    )
+
+
+@dataclass(frozen=True)
+class _Charges:
+    charged: int = 0
+    awaiting: int = 0
+    requests: int = 0
+    error: str = ""
+
+
+def _charge_ended(*, cluster: Cluster, client: SlurmClient, now: datetime) -> _Charges:
+    """Charge ended jobs what their accounting records say, from one accounting request for all of them."""
+    jobs = list(_chargeable(cluster=cluster, now=now)[:CHARGE_BATCH_SIZE])
+    if not jobs:
+        return _Charges()
+    accounts = sorted({job.project.slurm_account for job in jobs})
+    oldest_start = min(job.started_at for job in jobs if job.started_at is not None)
+    # slurmrestd 22.05 (dbv0.0.38) takes a comma-separated list of accounts, as sacct -A does (tried on
+    # the local cluster); the window holds every job still running at, or started after, its start.
+    try:
+        records = client.accounting_jobs(account=",".join(accounts), start_time=oldest_start - ACCOUNTING_WINDOW_MARGIN)
+    except SlurmError as exc:
+        # Releases and reservations need no Slurm request and go ahead; these jobs wait for the next run.
+        logger.warning("cluster %s: accounting request for %d ended jobs failed: %s", cluster.name, len(jobs), exc)
+        return _Charges(awaiting=len(jobs), requests=1, error=str(exc)[:2000])
+    by_id: dict[int, list[AccountingRecord]] = {}
+    for found in records:
+        if found.state.is_finished and found.end_time is not None and found.cluster in {"", cluster.name}:
+            by_id.setdefault(found.job_id, []).append(found)
+
+    charged = 0
+    awaiting: list[Job] = []
+    for job in jobs:
+        record = _record_of(job, by_id.get(job.slurm_job_id or 0, []))
+        if record is None:
+            awaiting.append(job)
+            continue
+        note = f"Slurm job {record.job_id}: {record.elapsed_seconds} s x {record.gpus_allocated} GPUs"
+        if quota_charge(job=job, gpu_seconds=record.gpu_seconds, now=now, note=note):
+            charged += 1
+    overdue = [job for job in awaiting if job.ended_at is not None and now - job.ended_at > ACCOUNTING_LAG_WARNING]
+    if overdue:
+        oldest = overdue[0]
+        logger.warning(
+            "cluster %s: %d ended jobs have had no accounting record for over %s (oldest: job %s, Slurm job %s, "
+            "ended %s); they stay reserved, uncharged",
+            cluster.name,
+            len(overdue),
+            ACCOUNTING_LAG_WARNING,
+            oldest.pk,
+            oldest.slurm_job_id,
+            oldest.ended_at,
+        )
+    return _Charges(charged=charged, awaiting=len(awaiting), requests=1)
+
+
+def _record_of(job: Job, candidates: list[AccountingRecord]) -> AccountingRecord | None:
+    """The job's own record among those with its Slurm id: Slurm reuses ids after its state is reset, so the
+    id alone could name another job. A portal job carries its tag in the comment (which 22.05's accounting
+    holds once the job has ended); an external job is known by its submit time."""
+    for record in candidates:
+        if record.account != job.project.slurm_account:
+            continue
+        if job.is_external:
+            if job.slurm_submit_time is not None and record.submit_time == job.slurm_submit_time:
+                return record
+        elif record.comment == job.slurm_comment:
+            return record
+    return None
+
+
+def _reserve_externals(*, cluster: Cluster, now: datetime) -> int:
+    """Reserve for jobs running or pending in a project's account outside the portal: Slurm counts them
+    against the account's limit, so the portal's balance must count them too."""
+    today = now.date()
+    has_allocation = Exists(
+        Allocation.objects.filter(
+            project_id=OuterRef("project_id"), cluster=cluster, starts_on__lte=today, ends_on__gte=today
+        )
+    )
+    reserved_ever = Exists(LedgerEntry.objects.filter(job_id=OuterRef("pk"), kind=LedgerKind.RESERVE))
+    jobs = (
+        Job.objects.filter(cluster=cluster, is_external=True, gpus__gt=0, time_limit_minutes__gt=0)
+        .exclude(state__in=FINAL_JOB_STATES)
+        .filter(has_allocation)
+        .exclude(reserved_ever)
+        .order_by(Coalesce("submitted_at", "created_at"), "pk")[:CHARGE_BATCH_SIZE]
+    )
+    return sum(1 for job in jobs if quota_reserve_found(job=job, now=now))
