@@ -186,6 +186,11 @@ def quota_request_decide(
         allocation = locked.allocation
         pool: TenantPool | None = None
         if approve_seconds > 0:
+            if allocation.ends_on < timezone.now().date():
+                raise Conflict(
+                    f"This allocation ended on {allocation.ends_on}: hours granted now could not be used. Deny the "
+                    "request and grant on the project's current allocation instead."
+                )
             if not is_portal_admin(actor):
                 pool = _pool_draw(allocation=allocation, gpu_seconds=approve_seconds)
             allocation = allocation_grant(

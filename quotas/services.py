@@ -157,6 +157,8 @@ def allocation_grant(*, actor: Actor, allocation: Allocation, gpu_seconds: int, 
             after={**_allocation_state(locked), "change_gpu_seconds": gpu_seconds, "note": note},
         )
         schedule_limit_sync(project_id=locked.project_id, cluster_id=locked.cluster_id)
+        if gpu_seconds < 0:
+            _schedule_alerts(locked.pk)  # taking hours back raises the share used
     return locked
 
 
@@ -448,6 +450,8 @@ def quota_carry_over(*, now: datetime) -> int:
                     reserved_gpu_seconds=F("reserved_gpu_seconds") + entry.gpu_seconds
                 )
                 moved += 1
+            if moved:
+                _schedule_alerts(successor.pk)
     return moved
 
 
