@@ -520,6 +520,19 @@ def test_requests_on_an_allocation_whose_period_ended_are_refused(world: World) 
     assert Allocation.objects.get(pk=old.pk).granted_gpu_seconds == 36_000
 
 
+def test_a_request_whose_allocation_ended_before_the_decision_can_only_be_denied(world: World) -> None:
+    request_id = world.ask(gpu_hours="5")["id"]
+    Allocation.objects.filter(pk=world.allocation.pk).update(ends_on=timezone.now().date() - timedelta(days=1))
+
+    refused = world.decide(world.root, request_id, "5")
+
+    body = assert_error(refused, 409)
+    assert body["message"].startswith(f"This allocation ended on {timezone.now().date() - timedelta(days=1)}")
+    assert Allocation.objects.get(pk=world.allocation.pk).granted_gpu_seconds == 100 * 3600
+    assert QuotaRequest.objects.get(pk=request_id).state == "pending"
+    assert world.decide(world.root, request_id, None, "The period is over").status_code == 200
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_tenant_admins_approving_at_once_never_hand_out_more_than_the_pool(world: World) -> None:
     second_admin = make_user("abe")
