@@ -46,6 +46,15 @@ from django.utils import timezone
 
 from jobs.clusters import slurm_client_for
 from jobs.models import Cluster, ProjectSlurmAccount, SlurmDriftKind, SlurmDriftReport
+from jobs.quota_limits import (
+    quota_limit_created,
+    quota_limit_expected_minutes,
+    quota_limit_for_new_account,
+    quota_limit_opening_measure,
+    quota_limit_record_applied,
+    quota_limit_state_ensure,
+    quota_limited_pairs,
+)
 from jobs.selectors import (
     ProjectSlurmTarget,
     cluster_list_active,
@@ -55,6 +64,7 @@ from jobs.selectors import (
 )
 from jobs.slurm import SlurmClient, SlurmError, SlurmRetryableError
 from jobs.slurm.types import AssociationInfo
+from quotas.models import QuotaLimitState
 from tenants.models import Project
 
 logger = logging.getLogger(__name__)
@@ -371,16 +381,7 @@ def _project_in_line(
                 continue
             created = _attempt(
                 finding,
-                partial(
-                    client.create_account,
-                    name=target.account,
-                    cluster=cluster.name,
-                    description=target.project_name,
-                    organization=target.tenant_slug,
-                    parent_account=target.parent_account,
-                    # Moving an account must carry its limit: the client checks the limit it reads back.
-                    gpu_minutes_limit=own.gpu_minutes_limit if own else None,
-                ),
+                partial(_create_project_account, client=client, cluster=cluster, target=target, own=own),
             )
             account_usable = account_usable or created
         elif finding.kind is SlurmDriftKind.MISSING_USER_ASSOCIATION:
@@ -401,7 +402,35 @@ def _project_in_line(
     return findings
 
 
-def _attempt(finding: Finding, action: Callable[[], None]) -> bool:
+def _create_project_account(
+    *, client: SlurmClient, cluster: Cluster, target: ProjectSlurmTarget, own: AssociationInfo | None
+) -> None:
+    """Create the project's account, or move it under its tenant's parent account (creating moves it).
+
+    Moving carries the account's limit (the client checks the limit it reads back). A new account starts with
+    the limit its allocations give; without allocations that is its opening usage, i.e. no room: GPU-hours
+    exist in Slurm only through an allocation.
+    Call with the project's `ProjectSlurmAccount` row locked.
+    """
+    if own is not None:
+        limit = own.gpu_minutes_limit
+    else:
+        limit = quota_limit_for_new_account(
+            project_id=target.project_id, cluster=cluster, client=client, now=timezone.now()
+        )
+    client.create_account(
+        name=target.account,
+        cluster=cluster.name,
+        description=target.project_name,
+        organization=target.tenant_slug,
+        parent_account=target.parent_account,
+        gpu_minutes_limit=limit,
+    )
+    if own is None and limit is not None:
+        quota_limit_created(project_id=target.project_id, cluster=cluster, minutes=limit)
+
+
+def _attempt(finding: Finding, action: Callable[[], object]) -> bool:
     """Run one repair, recording the outcome on the finding; retryable failures propagate."""
     try:
         action()
@@ -458,8 +487,77 @@ def _reconcile(*, cluster: Cluster, client: SlurmClient, findings: list[Finding]
             )
         )
     _record_in_line(cluster=cluster, targets=in_line, snapshot_at=snapshot_at)
+    findings.extend(_limit_drift(cluster=cluster, client=client, targets=targets, view=view, snapshot_at=snapshot_at))
     findings.extend(_unknown_accounts(cluster=cluster, view=view))
     return len(targets)
+
+
+def _limit_drift(
+    *,
+    cluster: Cluster,
+    client: SlurmClient,
+    targets: list[ProjectSlurmTarget],
+    view: _SlurmView,
+    snapshot_at: datetime,
+) -> list[Finding]:
+    """Compare the GPU-minute limit of each project account with allocations or a limit state on the cluster
+    with what its allocations give, and write the expected one where they differ.
+
+    Accounts created in this run are not in the snapshot and were created with their limit; an account moved
+    in this run carried the limit the snapshot shows.
+    """
+    limited = {project_id for project_id, _ in quota_limited_pairs(cluster_ids=[cluster.pk])}
+    findings = []
+    for target in targets:
+        own = view.own.get(target.account)
+        if target.project_id not in limited or own is None:
+            continue
+        finding = _limit_in_line(cluster=cluster, client=client, target=target, own=own, snapshot_at=snapshot_at)
+        if finding is not None:
+            findings.append(finding)
+    return findings
+
+
+def _limit_in_line(
+    *, cluster: Cluster, client: SlurmClient, target: ProjectSlurmTarget, own: AssociationInfo, snapshot_at: datetime
+) -> Finding | None:
+    quota_limit_state_ensure(project_id=target.project_id, cluster_id=cluster.pk)
+    with transaction.atomic():
+        # A sync or limit write holding the rows is changing the account right now; skip it this run.
+        row = (
+            ProjectSlurmAccount.objects.select_for_update(skip_locked=True)
+            .filter(project_id=target.project_id, cluster=cluster)
+            .first()
+        )
+        state = (
+            QuotaLimitState.objects.select_for_update(skip_locked=True)
+            .filter(project_id=target.project_id, cluster=cluster)
+            .first()
+        )
+        if row is None or state is None or (state.applied_at is not None and state.applied_at > snapshot_at):
+            return None  # a limit written after the associations were read: the snapshot is stale for it
+        if not state.opening_measured:
+            quota_limit_opening_measure(state=state, account=target.account, cluster=cluster, client=client)
+        expected = quota_limit_expected_minutes(state=state, now=timezone.now())
+        found = own.gpu_minutes_limit
+        if found == expected:
+            if state.applied_minutes != expected:
+                quota_limit_record_applied(state=state, minutes=expected)
+            return None
+        shown = f"GrpTRESMins=gres/gpu={found}" if found is not None else "no GrpTRESMins for gres/gpu"
+        detail = f"Slurm has {shown} on {target.account}, the allocations of {target.project_label} say {expected}."
+        if found is not None and found == state.applied_minutes:
+            detail += " (The portal wrote that value; the periodic limit sync had not written the new one yet.)"
+        finding = Finding(SlurmDriftKind.GPU_LIMIT, account=target.account, detail=detail)
+        write = partial(
+            client.set_account_gpu_minutes_limit, account=target.account, cluster=cluster.name, minutes=expected
+        )
+        if _attempt(finding, write):
+            quota_limit_record_applied(state=state, minutes=expected)
+        else:
+            state.last_error = finding.detail
+            state.save(update_fields=["last_error"])
+    return finding
 
 
 def _reconcile_project(

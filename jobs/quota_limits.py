@@ -98,7 +98,7 @@ def quota_limited_pairs(*, cluster_ids: list[int] | None = None) -> set[tuple[in
 # Opening usage -------------------------------------------------------------------------------------------
 
 
-def _measure_opening(*, state: QuotaLimitState, account: str, cluster: Cluster, client: SlurmClient) -> None:
+def quota_limit_opening_measure(*, state: QuotaLimitState, account: str, cluster: Cluster, client: SlurmClient) -> None:
     """Record the GPU-seconds Slurm's accounting holds for the account from before the portal tracked it.
 
     Slurm's usage counter includes them, so the limit must too. Jobs the ledger has charged already are left
@@ -165,7 +165,7 @@ def _write_locked(
     expected: int | None = None
     try:
         if not state.opening_measured:
-            _measure_opening(state=state, account=account, cluster=cluster, client=client)
+            quota_limit_opening_measure(state=state, account=account, cluster=cluster, client=client)
         expected = quota_limit_expected_minutes(state=state, now=now)
         client.set_account_gpu_minutes_limit(account=account, cluster=cluster.name, minutes=expected)
     except SlurmNotFound as exc:
@@ -212,7 +212,7 @@ def quota_limit_for_new_account(*, project_id: int, cluster: Cluster, client: Sl
     state = QuotaLimitState.objects.select_for_update().get(project_id=project_id, cluster=cluster)
     if not state.opening_measured:
         account = Project.objects.values_list("slurm_account", flat=True).get(pk=project_id)
-        _measure_opening(state=state, account=account, cluster=cluster, client=client)
+        quota_limit_opening_measure(state=state, account=account, cluster=cluster, client=client)
     return quota_limit_expected_minutes(state=state, now=now)
 
 
