@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from jobs.clusters import slurm_client_for
 from jobs.models import Cluster, Job, JobState
@@ -180,3 +181,30 @@ def test_a_job_cancelled_while_pending_in_slurm_is_released_without_a_charge(
     assert _balances(allocation) == (0, 0, granted)
     assert _collect(live_project) == QuotaUsageResult()
     assert len(_ledger(job)) == 2
+
+
+def test_a_job_that_ended_before_the_portal_tracked_the_account_is_released_not_charged(
+    live_project: LiveProject, slurm_client: SlurmClient, celery_worker: str
+) -> None:
+    allocation = _allocation(live_project)
+    granted = allocation.granted_gpu_seconds
+    reply = live_project.submit(name="before", gpus=2, time_limit_minutes=1, script="#!/bin/bash\nsleep 1\n")
+    job = live_project.wait_for(reply["id"], lambda job: job.is_final)
+    assert job.slurm_job_id is not None
+    _accounting_record(slurm_client, job.slurm_job_id, lambda record: record.comment == job.slurm_comment)
+    # As when the portal first measures an account that already had usage: this job's GPU-seconds are in the
+    # opening usage, which the limit counts already.
+    wait_until(
+        lambda: QuotaLimitState.objects.filter(project=live_project.project, cluster=live_project.cluster).exists(),
+        what="the limit sync after the grant",
+    )
+    QuotaLimitState.objects.filter(project=live_project.project, cluster=live_project.cluster).update(
+        tracking_started_at=timezone.now()
+    )
+
+    assert _collect(live_project) == QuotaUsageResult(released=1)
+
+    released = ("release", 120, "ended before the portal tracked the account's usage (in its opening usage)")
+    assert _ledger(job) == [("reserve", 120, "accepted"), released]
+    assert _balances(allocation) == (0, 0, granted)
+    assert _collect(live_project) == QuotaUsageResult()
