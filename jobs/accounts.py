@@ -27,6 +27,9 @@ Slurm 22.05 (slurmrestd v0.0.38) behaviours measured on the local cluster, which
   limit, which the client verifies). Creating one under a parent that does not exist leaves the account
   record behind and fails with error -1 "Unspecified error", so a project's account is only created once its
   tenant's parent account exists.
+- Moving an account that has a GPU-minute limit (0 included) with a request that does not carry a limit
+  crashes slurmrestd 22.05.8 (segmentation fault, the connection closes without a reply); carrying the limit
+  works. Every move here carries the limit the account has.
 - Deleting an account deletes the associations of the accounts under it too.
 - slurmdbd accepts associations for user names no machine knows (no POSIX check), and removing an
   association that does not exist succeeds: removals are idempotent.
