@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from jobs import quota_usage
 from jobs.clusters import slurm_client_for
 from jobs.models import Cluster, Job, JobState
 from jobs.quota_usage import QuotaUsageResult, quota_usage_collect
 from jobs.slurm import SlurmClient, SlurmError, SlurmNotFound
 from jobs.slurm.types import AccountingRecord, JobSubmission
+from jobs.tasks import cluster_jobs_sync as cluster_jobs_sync_task
 from quotas.models import Allocation, LedgerEntry, QuotaLimitState
 from tests.conftest import wait_until
 from tests.jobs.conftest import LiveProject
@@ -175,7 +177,7 @@ def test_a_job_cancelled_while_pending_in_slurm_is_released_without_a_charge(
     job = live_project.wait_for(reply["id"], lambda job: job.is_final)
     assert (job.state, job.started_at) == (JobState.CANCELLED, None)
 
-    assert _collect(live_project) == QuotaUsageResult(released=1)
+    cluster_jobs_sync_task(live_project.cluster.pk)  # the periodic sync, which collects after it
 
     assert _ledger(job) == [("reserve", 240, "accepted"), ("release", 240, "never ran (cancelled)")]
     assert _balances(allocation) == (0, 0, granted)
@@ -208,3 +210,22 @@ def test_a_job_that_ended_before_the_portal_tracked_the_account_is_released_not_
     assert _ledger(job) == [("reserve", 120, "accepted"), released]
     assert _balances(allocation) == (0, 0, granted)
     assert _collect(live_project) == QuotaUsageResult()
+
+
+def test_a_failing_collection_leaves_the_sync_done_and_is_logged(
+    live_project: LiveProject, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(**_: object) -> QuotaUsageResult:
+        raise RuntimeError("ledger unavailable")
+
+    monkeypatch.setattr(quota_usage, "quota_usage_collect", broken)
+    Cluster.objects.filter(pk=live_project.cluster.pk).update(jobs_synced_at=None, jobs_sync_error="stale")
+
+    cluster_jobs_sync_task(live_project.cluster.pk)
+
+    cluster = Cluster.objects.get(pk=live_project.cluster.pk)
+    assert cluster.jobs_synced_at is not None
+    assert cluster.jobs_sync_error == ""
+    assert [record.getMessage() for record in caplog.records if record.name == "jobs.tasks"] == [
+        "cluster local: quota usage collection failed"
+    ]
