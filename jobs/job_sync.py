@@ -509,7 +509,8 @@ def _apply(*, job: Job, slurm_job: SlurmJob | AccountingRecord, now: datetime) -
     if new_state is not None and new_state != job.state and not job.is_final:
         if job.state == JobState.QUEUED and new_state != JobState.PENDING:
             transitions.append(job_transition(job=job, to_state=JobState.PENDING, detail="found in Slurm", at=now))
-        ran = new_state == JobState.RUNNING or bool(nodes)
+        # Accounting has no node list: a record with elapsed time ran (and is charged for it).
+        ran = new_state == JobState.RUNNING or bool(nodes) or getattr(slurm_job, "elapsed_seconds", 0) > 0
         if job.state in (JobState.QUEUED, JobState.PENDING) and new_state in FINAL_AFTER_RUN and ran:
             at = slurm_job.start_time or now
             transitions.append(job_transition(job=job, to_state=JobState.RUNNING, detail=nodes, at=at))
@@ -522,7 +523,8 @@ def _apply(*, job: Job, slurm_job: SlurmJob | AccountingRecord, now: datetime) -
     job.state_reason = "" if reason == "None" else reason[:200]
     if nodes:
         job.nodes = nodes[:500]
-    if job.state == JobState.RUNNING or (job.is_final and job.nodes):
+    ran_by_accounting = getattr(slurm_job, "elapsed_seconds", 0) > 0
+    if job.state == JobState.RUNNING or (job.is_final and (job.nodes or ran_by_accounting)):
         job.started_at = slurm_job.start_time or job.started_at
     if job.is_final:
         job.ended_at = slurm_job.end_time or job.ended_at or now
