@@ -20,7 +20,7 @@ from jobs.accounts import cluster_slurm_reconcile, project_slurm_sync
 from jobs.job_services import JobRequest, job_submit
 from jobs.job_sync import job_deliver
 from jobs.models import ClusterAccount, Job, SlurmDriftKind
-from jobs.quota_limits import LimitOutcome, quota_limit_sync, quota_limits_sync_all
+from jobs.quota_limits import ACCOUNTING_BEGINNING, LimitOutcome, quota_limit_sync, quota_limits_sync_all
 from jobs.slurm import SlurmClient
 from jobs.slurm.types import JobState, JobSubmission, SlurmJob
 from quotas.models import Allocation, LedgerEntry, LedgerKind, QuotaLimitState
@@ -102,6 +102,28 @@ def _cancel(client: SlurmClient, *job_ids: int) -> None:
             client.cancel_job(user="alice", job_id=job_id)
 
 
+def _accounting_usage(client: SlurmClient, *, account: str, slurm_job_id: int) -> Callable[[], int | None]:
+    """The job's GPU-seconds once Slurm's accounting lists it, ended, under the account (as the opening
+    measurement and the charge collector read it)."""
+
+    def usage() -> int | None:
+        for record in client.accounting_jobs(account=account, start_time=ACCOUNTING_BEGINNING):
+            if record.job_id == slurm_job_id and record.state.is_finished and record.end_time:
+                return record.gpu_seconds
+        return None
+
+    return usage
+
+
+def _poll(read: Callable[[], int | None], *, timeout_seconds: float = 30) -> int:
+    deadline = time.monotonic() + timeout_seconds
+    while (value := read()) is None:
+        if time.monotonic() > deadline:
+            pytest.fail(f"nothing recorded within {timeout_seconds}s")
+        time.sleep(0.25)
+    return value
+
+
 # Writing the limit ---------------------------------------------------------------------------------------
 
 
@@ -142,6 +164,32 @@ def test_a_project_whose_account_does_not_exist_yet_is_skipped(slurm_requests: l
     assert slurm_requests == []
     state = QuotaLimitState.objects.get(project=project, cluster=cluster)
     assert (state.applied_minutes, state.applied_at, state.last_error) == (None, None, "")
+
+
+def test_usage_from_before_the_portal_tracked_the_account_is_measured_once_and_kept_in_the_limit(
+    quota_project: LiveProject, slurm_client: SlurmClient, job_directory: Path, slurm_requests: list[str]
+) -> None:
+    # An account that ran a job before the portal tracked its limit (an existing deployment taking up quotas).
+    account = quota_project.project.slurm_account
+    slurm_client.set_account_gpu_minutes_limit(account=account, cluster="local", minutes=100)
+    earlier = _submit_bypassing_the_portal(
+        slurm_client, quota_project, job_directory, gpus=2, minutes=1, script="#!/bin/bash\nsleep 1\n"
+    )
+    used = _poll(_accounting_usage(slurm_client, account=account, slurm_job_id=earlier))
+    QuotaLimitState.objects.filter(project=quota_project.project).delete()
+    grant_allocation(quota_project.project, quota_project.cluster, gpu_hours=1)
+    slurm_requests.clear()
+
+    quota_limit_sync(project_id=quota_project.project.pk, cluster_id=quota_project.cluster.pk)
+
+    state = QuotaLimitState.objects.get(project=quota_project.project, cluster=quota_project.cluster)
+    assert (state.opening_gpu_seconds, state.opening_measured) == (used, True)
+    assert 0 < used < 60
+    assert _limit(slurm_client, quota_project) == (used + 3600) // 60 == 60
+    assert sum(1 for request in slurm_requests if "/jobs" in request) == 1  # one accounting query
+    slurm_requests.clear()
+    quota_limit_sync(project_id=quota_project.project.pk, cluster_id=quota_project.cluster.pk)
+    assert not any("/jobs" in request for request in slurm_requests)  # measured once
 
 
 # Enforcement without the portal ---------------------------------------------------------------------------
@@ -231,23 +279,6 @@ def _run_through_the_portal(project: LiveProject, *, gpus: int, deliver: bool) -
     return job
 
 
-def _usage_recorded(client: SlurmClient, job: Job) -> Callable[[], int | None]:
-    def usage() -> int | None:
-        record = client.accounting_job(job_id=job.slurm_job_id or 0)
-        return record.gpu_seconds if record.state.is_finished and record.end_time else None
-
-    return usage
-
-
-def _poll(read: Callable[[], int | None], *, timeout_seconds: float = 30) -> int:
-    deadline = time.monotonic() + timeout_seconds
-    while (value := read()) is None:
-        if time.monotonic() > deadline:
-            pytest.fail(f"nothing recorded within {timeout_seconds}s")
-        time.sleep(0.25)
-    return value
-
-
 def test_at_a_period_rollover_the_limit_moves_to_the_new_grant_and_open_reservations_follow(
     quota_project: LiveProject, slurm_client: SlurmClient, job_directory: Path
 ) -> None:
@@ -274,7 +305,10 @@ def test_at_a_period_rollover_the_limit_moves_to_the_new_grant_and_open_reservat
     waiting = _run_through_the_portal(quota_project, gpus=1, deliver=False)
     quota_project.wait_for(ran.pk, lambda job: job.is_final)
     ran.refresh_from_db()
-    quota_charge(job=ran, gpu_seconds=_poll(_usage_recorded(slurm_client, ran)), now=timezone.now(), note="test")
+    used = _poll(
+        _accounting_usage(slurm_client, account=quota_project.project.slurm_account, slurm_job_id=ran.slurm_job_id or 0)
+    )
+    quota_charge(job=ran, gpu_seconds=used, now=timezone.now(), note="test")
     charged = LedgerEntry.objects.get(job=ran, kind=LedgerKind.CHARGE)
     assert charged.allocation_id == period_a.pk
     assert 0 < charged.gpu_seconds < 60  # 2 GPUs for about a second
