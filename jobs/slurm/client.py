@@ -226,6 +226,11 @@ class SlurmClient:
         v0.0.38 creates only the account record on POST /accounts; the association that lets users
         join it on a cluster (and that carries its limits) is a second request.
         """
+        if gpu_minutes_limit is None and self.codec.account_limit_needs_parent_move:
+            # Measured on 22.05.8: moving an existing account that has a limit without sending the limit
+            # crashes slurmrestd, and a crash in the middle of a move can leave slurmdbd's association tree
+            # broken. Creating an existing account moves it: carry the limit it has.
+            gpu_minutes_limit = self._existing_gpu_minutes_limit(account=name, cluster=cluster)
         account = AccountInfo(name=name, description=description, organization=organization)
         payload = self.codec.encode_accounts([account], parent_account=parent_account)
         self._call("POST", f"{self.codec.slurmdb_prefix}/accounts/", user=self.admin_user, payload=payload)
@@ -243,6 +248,16 @@ class SlurmClient:
                 f"Slurm created account {name!r} but reads back GrpTRESMins=gres/gpu={created.gpu_minutes_limit} "
                 f"instead of {gpu_minutes_limit}"
             )
+
+    def _existing_gpu_minutes_limit(self, *, account: str, cluster: str) -> int | None:
+        try:
+            return self.account_gpu_minutes_limit(account=account, cluster=cluster)
+        except SlurmNotFound:
+            return None
+        except SlurmError as exc:  # 22.05 answers 500 with 9003 when the account has no association yet
+            if any(message.error_number == _NOTHING_FOUND_ERROR for message in exc.messages):
+                return None
+            raise
 
     def delete_account(self, *, name: str) -> None:
         self._call("DELETE", f"{self.codec.slurmdb_prefix}/account/{name}", user=self.admin_user)
