@@ -164,6 +164,7 @@ def allocation_grant(*, actor: Actor, allocation: Allocation, gpu_seconds: int, 
 
 def schedule_limit_sync(*, project_id: int, cluster_id: int) -> None:
     """After the transaction commits, have a worker write the project's GPU-minute limit into Slurm."""
+
     def enqueue() -> None:
         # jobs depends on quotas: its task module is imported when needed, as tenants does.
         from jobs.tasks import quota_limit_sync
