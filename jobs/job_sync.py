@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -453,7 +454,7 @@ def _externals(*, cluster: Cluster, slurm_jobs: list[SlurmJob]) -> tuple[int, di
     return len(created), updates
 
 
-def jobs_apply_slurm_state(*, cluster: Cluster, updates: dict[uuid.UUID, SlurmJob]) -> int:
+def jobs_apply_slurm_state(*, cluster: Cluster, updates: Mapping[uuid.UUID, SlurmJob | AccountingRecord]) -> int:
     """Bring these jobs in line with what slurmctld reported; returns how many changed. Pushes the changes."""
     if not updates:
         return 0
