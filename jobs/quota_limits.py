@@ -167,6 +167,14 @@ def _write_locked(
         if not state.opening_measured:
             quota_limit_opening_measure(state=state, account=account, cluster=cluster, client=client)
         expected = quota_limit_expected_minutes(state=state, now=now)
+        if expected == state.applied_minutes and not state.last_error:
+            # Already there (e.g. the account was just created with it). On 22.05 every write moves the account
+            # to root and back; moves that race other association changes have left slurmdbd's tree broken, so
+            # none is made that changes nothing. A limit changed in Slurm behind the portal's back is the
+            # reconcile's to find, which reads every limit back.
+            return LimitSync(
+                project_id=project.pk, cluster_id=cluster.pk, outcome=LimitOutcome.UNCHANGED, expected_minutes=expected
+            )
         client.set_account_gpu_minutes_limit(account=account, cluster=cluster.name, minutes=expected)
     except SlurmNotFound as exc:
         logger.info("project %s on cluster %s: no account to limit yet: %s", project, cluster.name, exc)

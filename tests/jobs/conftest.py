@@ -124,6 +124,10 @@ def _remove_from_slurm(client: SlurmClient, *, account: str, parent: str) -> Non
                 if any(message.error_number == 1900 for message in exc.messages):
                     break
                 time.sleep(0.5)
+        else:
+            # Deleting the parent would take the account's associations with it while Slurm still holds jobs
+            # in it, which leaves slurmctld's association tree broken: leave both for a later cleanup.
+            return
 
 
 def _remove_association(client: SlurmClient, *, account: str, user: str) -> None:
