@@ -218,8 +218,6 @@ def _job_create(
         next_attempt_at=now,
     )
     job.save(force_insert=True)
-    # Refused for want of GPU-hours, this raises and the transaction stores nothing.
-    quota_reserve(job=job, gpu_type=values["quota_gpu_type"], now=now)
     JobTransition.objects.create(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted")
     audit_record(
         actor=user,
@@ -229,6 +227,9 @@ def _job_create(
         before=None,
         after={"cluster": cluster.name, "partition": job.partition, "gpus": job.gpus, "gpu_type": job.gpu_type},
     )
+    # Last, so that the allocation's row lock is held only until the commit that follows. Refused for want of
+    # GPU-hours, this raises and the transaction stores nothing.
+    quota_reserve(job=job, gpu_type=values["quota_gpu_type"], now=now)
     transaction.on_commit(lambda: _enqueue_submit(job.id))
     transaction.on_commit(lambda: jobs_push([job.id]))
     return job

@@ -15,6 +15,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Sum
 from django.db.models.functions import Coalesce
@@ -177,6 +178,15 @@ def schedule_limit_sync(*, project_id: int, cluster_id: int) -> None:
     transaction.on_commit(enqueue)
 
 
+def crosses_alert_threshold(*, granted: int, used_before: int, used_after: int) -> bool:
+    """Whether a movement takes an allocation's use (charged + reserved) across one of the alert thresholds."""
+    if granted <= 0 or used_after <= used_before:
+        return False
+    return any(
+        used_before * 100 < threshold * granted <= used_after * 100 for threshold in settings.QUOTA_ALERT_THRESHOLDS
+    )
+
+
 def _schedule_alerts(allocation_id: int) -> None:
     from quotas.tasks import allocation_alerts_check
 
@@ -279,7 +289,7 @@ def _exceeded_message(*, job: Job, allocation: Allocation, needed: int) -> str:
 
 
 def _reserve(*, allocation: Allocation, job: Job, gpu_seconds: int, note: str) -> None:
-    """Record a reservation on a locked allocation."""
+    """Record a reservation on a locked allocation (its balances as read under the lock)."""
     LedgerEntry.objects.create(
         allocation=allocation,
         project_id=allocation.project_id,
@@ -290,7 +300,10 @@ def _reserve(*, allocation: Allocation, job: Job, gpu_seconds: int, note: str) -
         note=note,
     )
     Allocation.objects.filter(pk=allocation.pk).update(reserved_gpu_seconds=F("reserved_gpu_seconds") + gpu_seconds)
-    _schedule_alerts(allocation.pk)
+    used = allocation.charged_gpu_seconds + allocation.reserved_gpu_seconds
+    # Only a movement across a threshold costs the workers a task: most reservations cross none.
+    if crosses_alert_threshold(granted=allocation.granted_gpu_seconds, used_before=used, used_after=used + gpu_seconds):
+        _schedule_alerts(allocation.pk)
 
 
 def quota_reserve_found(*, job: Job, now: datetime) -> bool:
@@ -386,8 +399,12 @@ def quota_charge(*, job: Job, gpu_seconds: int, now: datetime, note: str) -> boo
             _lock({target_id, *(entry.allocation_id for entry in open_entries)})
             if LedgerEntry.objects.filter(job=job, kind=LedgerKind.CHARGE).exists():
                 return False
+            target = Allocation.objects.filter(pk=target_id).first() if target_id is not None else None
+            released_on_target = 0
             for entry in _open_reservations(job):
                 _release(reservation=entry, note="replaced by the charge")
+                if entry.allocation_id == target_id:
+                    released_on_target += entry.gpu_seconds
             LedgerEntry.objects.create(
                 allocation_id=target_id,
                 project_id=job.project_id,
@@ -398,11 +415,17 @@ def quota_charge(*, job: Job, gpu_seconds: int, now: datetime, note: str) -> boo
                 note=note,
                 created_at=now,
             )
-            if target_id is not None:
-                Allocation.objects.filter(pk=target_id).update(
+            if target is not None:
+                Allocation.objects.filter(pk=target.pk).update(
                     charged_gpu_seconds=F("charged_gpu_seconds") + gpu_seconds
                 )
-                _schedule_alerts(target_id)
+                used = target.charged_gpu_seconds + target.reserved_gpu_seconds
+                if crosses_alert_threshold(
+                    granted=target.granted_gpu_seconds,
+                    used_before=used,
+                    used_after=used - released_on_target + gpu_seconds,
+                ):
+                    _schedule_alerts(target.pk)
     except IntegrityError:
         return False  # a parallel import charged it first
     return True
@@ -430,6 +453,9 @@ def quota_carry_over(*, now: datetime) -> int:
             continue
         with transaction.atomic():
             _lock({old.pk, successor.pk})
+            successor.refresh_from_db()
+            used_before = successor.charged_gpu_seconds + successor.reserved_gpu_seconds
+            carried = 0
             entries = list(
                 LedgerEntry.objects.filter(allocation=old, kind__in=[LedgerKind.RESERVE, LedgerKind.RELEASE])
             )
@@ -451,7 +477,10 @@ def quota_carry_over(*, now: datetime) -> int:
                     reserved_gpu_seconds=F("reserved_gpu_seconds") + entry.gpu_seconds
                 )
                 moved += 1
-            if moved:
+                carried += entry.gpu_seconds
+            if crosses_alert_threshold(
+                granted=successor.granted_gpu_seconds, used_before=used_before, used_after=used_before + carried
+            ):
                 _schedule_alerts(successor.pk)
     return moved
 

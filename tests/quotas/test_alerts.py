@@ -97,14 +97,15 @@ def test_each_threshold_is_announced_once_to_managers_and_tenant_admins(
     # 4 of 10 GPU-hours reserved: below every threshold.
     with django_capture_on_commit_callbacks(execute=True):
         quota_reserve(job=vision.job(gpus=1, minutes=240), gpu_type="h100", now=timezone.now())
-    assert queued_checks == [allocation_id]
-    deliver(queued_checks, django_capture_on_commit_callbacks)
+    assert queued_checks == []  # crossing no threshold costs the workers no task
+    deliver([allocation_id], django_capture_on_commit_callbacks)
     assert not Notification.objects.exists()
     assert mail.outbox == []
 
     # A reservation of 1 more GPU-hour reaches 50 %: reservations count.
     with django_capture_on_commit_callbacks(execute=True):
         quota_reserve(job=vision.job(gpus=1, minutes=60), gpu_type="h100", now=timezone.now())
+    assert queued_checks == [allocation_id]
     deliver(queued_checks, django_capture_on_commit_callbacks)
     assert told("50%") == ["ada", "max", "mona"]
     notification = Notification.objects.filter(user=vision.mona).get()
