@@ -97,7 +97,7 @@ def quota_request_create(
             after={**_request_state(request), "justification": justification},
         )
         notifications_send(
-            users=_deciders(allocation.project.tenant),
+            users=_deciders(allocation.project.tenant).exclude(pk=actor.pk),  # not the asker, if an admin
             tenant=allocation.project.tenant,
             kind="quota.request",
             title=f"{allocation.project}: {actor.get_username()} asks for {format_gpu_hours(gpu_seconds)} GPU-hours",
