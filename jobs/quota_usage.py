@@ -34,6 +34,11 @@ ACCOUNTING_WINDOW_MARGIN = timedelta(minutes=10)
 # (Slurm counted the job, if it ran, so holding the most it could have used stays on the safe side) and
 # every run would otherwise fetch ever longer windows of accounting. The warning below names such jobs first.
 CHARGE_GIVE_UP_AFTER = timedelta(days=1)
+# A job the window query did not return although it ended this long ago is looked up by its id (at most
+# ACCOUNTING_BY_ID_PER_RUN per run): on 22.05 the window query has, rarely, left out a record that the
+# by-id lookup returned at the same moment.
+ACCOUNTING_BY_ID_AFTER = timedelta(seconds=20)
+ACCOUNTING_BY_ID_PER_RUN = 20
 # slurmdbd normally has a record within seconds; one missing for longer than this deserves a warning.
 ACCOUNTING_LAG_WARNING = timedelta(minutes=10)
 
@@ -156,9 +161,15 @@ def _charge_ended(*, cluster: Cluster, client: SlurmClient, now: datetime) -> _C
             by_id.setdefault(found.job_id, []).append(found)
 
     charged = 0
+    requests = 1
     awaiting: list[Job] = []
+    by_id_left = ACCOUNTING_BY_ID_PER_RUN
     for job in jobs:
         record = _record_of(job, by_id.get(job.slurm_job_id or 0, []))
+        if record is None and by_id_left and job.ended_at is not None and now - job.ended_at > ACCOUNTING_BY_ID_AFTER:
+            by_id_left -= 1
+            requests += 1
+            record = _record_by_id(client=client, job=job, cluster=cluster)
         if record is None:
             awaiting.append(job)
             continue
@@ -178,7 +189,18 @@ def _charge_ended(*, cluster: Cluster, client: SlurmClient, now: datetime) -> _C
             oldest.slurm_job_id,
             oldest.ended_at,
         )
-    return _Charges(charged=charged, awaiting=len(awaiting), requests=1)
+    return _Charges(charged=charged, awaiting=len(awaiting), requests=requests)
+
+
+def _record_by_id(*, client: SlurmClient, job: Job, cluster: Cluster) -> AccountingRecord | None:
+    try:
+        found = client.accounting_job(job_id=job.slurm_job_id or 0)
+    except SlurmError as exc:
+        logger.info("cluster %s: accounting of Slurm job %s not available: %s", cluster.name, job.slurm_job_id, exc)
+        return None
+    if not found.state.is_finished or found.end_time is None:
+        return None
+    return _record_of(job, [found])
 
 
 def _record_of(job: Job, candidates: list[AccountingRecord]) -> AccountingRecord | None:
