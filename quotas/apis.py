@@ -22,27 +22,51 @@ from quotas.units import gpu_hours_to_seconds, gpu_seconds_to_hours
 from tenants.selectors import is_portal_admin, project_get_by_label_for_user
 
 
-def _hours(help_text: str | None = None) -> serializers.DecimalField:
-    return serializers.DecimalField(max_digits=12, decimal_places=2, help_text=help_text)
+def gpu_hours_field(help_text: str | None = None) -> serializers.DecimalField:
+    return serializers.DecimalField(max_digits=14, decimal_places=2, help_text=help_text)
 
 
-class AllocationOutput(serializers.Serializer[Any]):
+class AllocationBalanceOutput(serializers.Serializer[Any]):
+    """An allocation and its balances, as every quota reply shows it."""
+
     id = serializers.IntegerField()
     project = serializers.CharField(help_text="tenant/project")
     cluster = serializers.CharField()
     gpu_type = serializers.CharField(help_text="Empty: GPUs of any type")
     starts_on = serializers.DateField()
     ends_on = serializers.DateField(help_text="The last day of the period")
-    is_current = serializers.BooleanField()
-    granted_gpu_hours = _hours()
-    used_gpu_hours = _hours("Charged: what finished jobs really used")
-    reserved_gpu_hours = _hours("Held by jobs queued, pending or running")
-    remaining_gpu_hours = _hours("Granted - used - reserved; may be negative")
-    percent_used = serializers.DecimalField(max_digits=7, decimal_places=1, help_text="(used + reserved) / granted")
+    granted_gpu_hours = gpu_hours_field()
+    used_gpu_hours = gpu_hours_field("Charged: what finished jobs really used")
+    reserved_gpu_hours = gpu_hours_field("Held by jobs queued, pending or running")
+    remaining_gpu_hours = gpu_hours_field("Granted - used - reserved; may be negative")
     granted_gpu_seconds = serializers.IntegerField()
     used_gpu_seconds = serializers.IntegerField()
     reserved_gpu_seconds = serializers.IntegerField()
     remaining_gpu_seconds = serializers.IntegerField()
+
+
+def allocation_balance_data(allocation: Allocation) -> dict[str, Any]:
+    return {
+        "id": allocation.pk,
+        "project": f"{allocation.project.tenant.slug}/{allocation.project.slug}",
+        "cluster": allocation.cluster.name,
+        "gpu_type": allocation.gpu_type,
+        "starts_on": allocation.starts_on,
+        "ends_on": allocation.ends_on,
+        "granted_gpu_hours": gpu_seconds_to_hours(allocation.granted_gpu_seconds),
+        "used_gpu_hours": gpu_seconds_to_hours(allocation.charged_gpu_seconds),
+        "reserved_gpu_hours": gpu_seconds_to_hours(allocation.reserved_gpu_seconds),
+        "remaining_gpu_hours": gpu_seconds_to_hours(allocation.remaining_gpu_seconds),
+        "granted_gpu_seconds": allocation.granted_gpu_seconds,
+        "used_gpu_seconds": allocation.charged_gpu_seconds,
+        "reserved_gpu_seconds": allocation.reserved_gpu_seconds,
+        "remaining_gpu_seconds": allocation.remaining_gpu_seconds,
+    }
+
+
+class AllocationOutput(AllocationBalanceOutput):
+    is_current = serializers.BooleanField()
+    percent_used = serializers.DecimalField(max_digits=7, decimal_places=1, help_text="(used + reserved) / granted")
     slurm_limit_gpu_minutes = serializers.IntegerField(
         allow_null=True, help_text="The account's GrpTRESMins=gres/gpu in Slurm as last written (cumulative)"
     )
@@ -53,26 +77,11 @@ class AllocationOutput(serializers.Serializer[Any]):
 
 def allocation_data(allocation: Allocation, *, now: datetime, limit: QuotaLimitState | None) -> dict[str, Any]:
     granted = allocation.granted_gpu_seconds
-    used = allocation.charged_gpu_seconds
-    reserved = allocation.reserved_gpu_seconds
-    percent = round((used + reserved) * 100 / granted, 1) if granted > 0 else 0
+    used = allocation.charged_gpu_seconds + allocation.reserved_gpu_seconds
     return {
-        "id": allocation.pk,
-        "project": f"{allocation.project.tenant.slug}/{allocation.project.slug}",
-        "cluster": allocation.cluster.name,
-        "gpu_type": allocation.gpu_type,
-        "starts_on": allocation.starts_on,
-        "ends_on": allocation.ends_on,
+        **allocation_balance_data(allocation),
         "is_current": allocation.is_current(now),
-        "granted_gpu_hours": gpu_seconds_to_hours(granted),
-        "used_gpu_hours": gpu_seconds_to_hours(used),
-        "reserved_gpu_hours": gpu_seconds_to_hours(reserved),
-        "remaining_gpu_hours": gpu_seconds_to_hours(allocation.remaining_gpu_seconds),
-        "percent_used": percent,
-        "granted_gpu_seconds": granted,
-        "used_gpu_seconds": used,
-        "reserved_gpu_seconds": reserved,
-        "remaining_gpu_seconds": allocation.remaining_gpu_seconds,
+        "percent_used": round(used * 100 / granted, 1) if granted > 0 else 0,
         "slurm_limit_gpu_minutes": limit.applied_minutes if limit else None,
         "slurm_limit_applied_at": limit.applied_at if limit else None,
         "requests_url": services.allocation_requests_path(allocation),
@@ -126,7 +135,7 @@ class LedgerEntryOutput(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     kind = serializers.ChoiceField(choices=LedgerKind.choices)
     gpu_seconds = serializers.IntegerField()
-    gpu_hours = _hours()
+    gpu_hours = gpu_hours_field()
     job = serializers.UUIDField(allow_null=True, source="job_id")
     slurm_job_id = serializers.IntegerField(allow_null=True)
     actor = serializers.CharField(allow_null=True)

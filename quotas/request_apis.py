@@ -17,16 +17,13 @@ from rest_framework.views import APIView
 from portal.api_errors import ERRORS, ERRORS_WITH_CONFLICT
 from portal.api_pagination import PagePagination
 from quotas import requests as quota_requests
+from quotas.apis import AllocationBalanceOutput, allocation_balance_data, gpu_hours_field
 from quotas.models import Allocation, QuotaRequest, QuotaRequestState, TenantPool
 from quotas.requests import QuotaRequestAction, quota_request_get_for_user, quota_request_list_for_user
 from quotas.selectors import allocation_get_for_user
 from quotas.units import gpu_seconds_to_hours
 from quotas.usage import UsageSeries, allocation_usage_series
 from tenants.selectors import ProjectAction, TenantAction, is_portal_admin, tenant_get_for_user
-
-
-def _hours(help_text: str | None = None) -> serializers.DecimalField:
-    return serializers.DecimalField(max_digits=14, decimal_places=2, help_text=help_text)
 
 
 def _project_label(allocation: Allocation) -> str:
@@ -36,51 +33,15 @@ def _project_label(allocation: Allocation) -> str:
 # Requests ----------------------------------------------------------------------------------------------
 
 
-class AllocationBalanceOutput(serializers.Serializer[Any]):
-    id = serializers.IntegerField()
-    project = serializers.CharField(help_text="tenant/project")
-    cluster = serializers.CharField()
-    gpu_type = serializers.CharField(help_text="Empty: GPUs of any type")
-    starts_on = serializers.DateField()
-    ends_on = serializers.DateField()
-    granted_gpu_hours = _hours()
-    used_gpu_hours = _hours("Charged: what finished jobs really used")
-    reserved_gpu_hours = _hours("Held by jobs queued, pending or running")
-    remaining_gpu_hours = _hours("Granted - used - reserved, as of now")
-    granted_gpu_seconds = serializers.IntegerField()
-    used_gpu_seconds = serializers.IntegerField()
-    reserved_gpu_seconds = serializers.IntegerField()
-    remaining_gpu_seconds = serializers.IntegerField()
-
-
-def _balance_data(allocation: Allocation) -> dict[str, Any]:
-    return {
-        "id": allocation.pk,
-        "project": _project_label(allocation),
-        "cluster": allocation.cluster.name,
-        "gpu_type": allocation.gpu_type,
-        "starts_on": allocation.starts_on,
-        "ends_on": allocation.ends_on,
-        "granted_gpu_hours": gpu_seconds_to_hours(allocation.granted_gpu_seconds),
-        "used_gpu_hours": gpu_seconds_to_hours(allocation.charged_gpu_seconds),
-        "reserved_gpu_hours": gpu_seconds_to_hours(allocation.reserved_gpu_seconds),
-        "remaining_gpu_hours": gpu_seconds_to_hours(allocation.remaining_gpu_seconds),
-        "granted_gpu_seconds": allocation.granted_gpu_seconds,
-        "used_gpu_seconds": allocation.charged_gpu_seconds,
-        "reserved_gpu_seconds": allocation.reserved_gpu_seconds,
-        "remaining_gpu_seconds": allocation.remaining_gpu_seconds,
-    }
-
-
 class QuotaRequestOutput(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     allocation = AllocationBalanceOutput(help_text="The allocation asked about, with its balances as of now")
     state = serializers.ChoiceField(choices=QuotaRequestState.choices)
     requested_by = serializers.CharField()
-    requested_gpu_hours = _hours()
+    requested_gpu_hours = gpu_hours_field()
     requested_gpu_seconds = serializers.IntegerField()
     justification = serializers.CharField()
-    granted_gpu_hours = _hours("What the decision granted: all, part or none of the request")
+    granted_gpu_hours = gpu_hours_field("What the decision granted: all, part or none of the request")
     granted_gpu_seconds = serializers.IntegerField()
     decided_by = serializers.CharField(allow_null=True)
     decided_at = serializers.DateTimeField(allow_null=True)
@@ -93,7 +54,7 @@ def _request_data(request: QuotaRequest) -> dict[str, Any]:
     path = quota_requests.quota_request_path(request)
     return {
         "id": request.pk,
-        "allocation": _balance_data(request.allocation),
+        "allocation": allocation_balance_data(request.allocation),
         "state": request.state,
         "requested_by": request.requested_by.get_username(),
         "requested_gpu_hours": gpu_seconds_to_hours(request.requested_gpu_seconds),
@@ -267,9 +228,9 @@ class TenantPoolOutput(serializers.Serializer[Any]):
     cluster = serializers.CharField()
     starts_on = serializers.DateField()
     ends_on = serializers.DateField()
-    gpu_hours = _hours("Given to the tenant by a portal admin")
-    distributed_gpu_hours = _hours("Granted by the tenant's admins on approving requests")
-    available_gpu_hours = _hours()
+    gpu_hours = gpu_hours_field("Given to the tenant by a portal admin")
+    distributed_gpu_hours = gpu_hours_field("Granted by the tenant's admins on approving requests")
+    available_gpu_hours = gpu_hours_field()
     gpu_seconds = serializers.IntegerField()
     distributed_gpu_seconds = serializers.IntegerField()
     available_gpu_seconds = serializers.IntegerField()
@@ -364,9 +325,9 @@ class TenantPoolListApi(APIView):
 
 class UsageDayOutput(serializers.Serializer[Any]):
     date = serializers.DateField()
-    used_gpu_hours = _hours("Charges that landed that day")
-    reserved_gpu_hours = _hours("Reservations still open at the end of that day")
-    cumulative_used_gpu_hours = _hours("Charges from the start of the period to the end of that day")
+    used_gpu_hours = gpu_hours_field("Charges that landed that day")
+    reserved_gpu_hours = gpu_hours_field("Reservations still open at the end of that day")
+    cumulative_used_gpu_hours = gpu_hours_field("Charges from the start of the period to the end of that day")
     used_gpu_seconds = serializers.IntegerField()
     reserved_gpu_seconds = serializers.IntegerField()
     cumulative_used_gpu_seconds = serializers.IntegerField()
@@ -375,7 +336,7 @@ class UsageDayOutput(serializers.Serializer[Any]):
 class UsageSeriesOutput(serializers.Serializer[Any]):
     allocation = AllocationBalanceOutput()
     as_of = serializers.DateField(help_text="The last day shown: today, or the period's last day once it is over")
-    burn_rate_gpu_hours_per_day = _hours("Charges over the last 7 days (fewer early in the period), per day")
+    burn_rate_gpu_hours_per_day = gpu_hours_field("Charges over the last 7 days (fewer early in the period), per day")
     burn_rate_days = serializers.IntegerField(help_text="The days the burn rate averages over")
     projected_exhaustion_on = serializers.DateField(
         allow_null=True,
@@ -392,7 +353,7 @@ class UsageSeriesOutput(serializers.Serializer[Any]):
 
 def _usage_data(series: UsageSeries) -> dict[str, Any]:
     return {
-        "allocation": _balance_data(series.allocation),
+        "allocation": allocation_balance_data(series.allocation),
         "as_of": series.as_of,
         "burn_rate_gpu_hours_per_day": series.burn_rate_gpu_hours_per_day,
         "burn_rate_days": series.burn_rate_days,
