@@ -25,7 +25,7 @@ from jobs.clusters import slurm_client_for
 from jobs.models import Cluster, ProjectSlurmAccount
 from jobs.slurm import SlurmClient, SlurmError, SlurmNotFound
 from quotas.models import Allocation, LedgerEntry, LedgerKind, QuotaLimitState
-from quotas.services import quota_carry_over, quota_expected_limit
+from quotas.services import quota_carry_over, quota_expected_limit, quota_expected_limits
 from quotas.units import gpu_seconds_to_limit_minutes
 from tenants.models import Project
 
@@ -257,17 +257,21 @@ def quota_limits_sync_all(*, now: datetime | None = None, cluster_ids: list[int]
         ).values_list("project_id", "cluster_id")
     )
     clusters = {cluster.pk: cluster for cluster in Cluster.objects.filter(pk__in={pk for _, pk in pairs})}
+    # Every measured pair's expected limit in one query; the others are synced (and measured) one by one below.
+    measured = {pair: state.opening_gpu_seconds for pair, state in states.items() if state.opening_measured}
+    expected = quota_expected_limits(openings=measured, now=now) if measured else {}
     unreachable: set[int] = set()
     for project_id, cluster_id in sorted(pairs):
         summary.checked += 1
         if (project_id, cluster_id) not in created_accounts or cluster_id in unreachable:
             continue  # no account yet (its creation carries the limit), or its cluster is down
         state = states.get((project_id, cluster_id))
+        limit = expected.get((project_id, cluster_id))
         if (
             state is not None
-            and state.opening_measured
+            and limit is not None
             and state.applied_minutes is not None
-            and quota_limit_expected_minutes(state=state, now=now) == state.applied_minutes
+            and gpu_seconds_to_limit_minutes(limit.gpu_seconds) == state.applied_minutes
         ):
             continue
         result = quota_limit_sync(

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -512,20 +512,42 @@ def quota_expected_limit(*, project_id: int, cluster_id: int, opening_gpu_second
     PriorityUsageResetPeriod=NONE), so the limit is the usage Slurm has counted before the open period plus
     what the open period grants (the cumulative approach of Pitt's Keystone). The usage before is read from
     the ledger, whose charges come from Slurm's own accounting, plus the opening usage."""
+    pair = (project_id, cluster_id)
+    return quota_expected_limits(openings={pair: opening_gpu_seconds}, now=now)[pair]
+
+
+def quota_expected_limits(
+    *, openings: dict[tuple[int, int], int], now: datetime
+) -> dict[tuple[int, int], ExpectedLimit]:
+    """`quota_expected_limit` for many (project, cluster) pairs (keys of `openings`, their opening usage) in one
+    query, for the periodic run over every project."""
     today = now.date()
     closed = Q(allocation__ends_on__lt=today)
     open_now = Q(allocation__starts_on__lte=today, allocation__ends_on__gte=today)
-    sums = LedgerEntry.objects.filter(project_id=project_id, cluster_id=cluster_id).aggregate(
-        charged_before=Coalesce(
-            Sum("gpu_seconds", filter=Q(kind=LedgerKind.CHARGE) & (closed | Q(allocation=None))), 0
-        ),
-        granted_now=Coalesce(Sum("gpu_seconds", filter=Q(kind=LedgerKind.GRANT) & open_now), 0),
-        reserved_closed=Coalesce(Sum("gpu_seconds", filter=Q(kind=LedgerKind.RESERVE) & closed), 0),
-        released_closed=Coalesce(Sum("gpu_seconds", filter=Q(kind=LedgerKind.RELEASE) & closed), 0),
+    rows = (
+        LedgerEntry.objects.filter(
+            project_id__in={project_id for project_id, _ in openings},
+            cluster_id__in={cluster_id for _, cluster_id in openings},
+        )
+        .values("project_id", "cluster_id")
+        .annotate(
+            charged_before=Coalesce(
+                Sum("gpu_seconds", filter=Q(kind=LedgerKind.CHARGE) & (closed | Q(allocation=None))), 0
+            ),
+            granted_now=Coalesce(Sum("gpu_seconds", filter=Q(kind=LedgerKind.GRANT) & open_now), 0),
+            reserved_closed=Coalesce(Sum("gpu_seconds", filter=Q(kind=LedgerKind.RESERVE) & closed), 0),
+            released_closed=Coalesce(Sum("gpu_seconds", filter=Q(kind=LedgerKind.RELEASE) & closed), 0),
+        )
+        .order_by()
     )
-    return ExpectedLimit(
-        opening_gpu_seconds=opening_gpu_seconds,
-        charged_before_gpu_seconds=int(sums["charged_before"]),
-        granted_now_gpu_seconds=int(sums["granted_now"]),
-        carried_gpu_seconds=int(sums["reserved_closed"]) - int(sums["released_closed"]),
-    )
+    sums: dict[tuple[int, int], dict[str, Any]] = {(row["project_id"], row["cluster_id"]): dict(row) for row in rows}
+    limits: dict[tuple[int, int], ExpectedLimit] = {}
+    for pair, opening in openings.items():
+        row: dict[str, Any] = sums.get(pair, {})
+        limits[pair] = ExpectedLimit(
+            opening_gpu_seconds=opening,
+            charged_before_gpu_seconds=int(row.get("charged_before", 0)),
+            granted_now_gpu_seconds=int(row.get("granted_now", 0)),
+            carried_gpu_seconds=int(row.get("reserved_closed", 0)) - int(row.get("released_closed", 0)),
+        )
+    return limits
