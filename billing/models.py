@@ -51,7 +51,8 @@ class Rate(models.Model):
 
     def __str__(self) -> str:
         kind = self.gpu_type or "any GPU"
-        return f"{self.cluster.name} {kind}: {self.price_per_gpu_hour} {self.currency}/GPU-hour from {self.valid_from:%Y-%m-%d %H:%M}"
+        price = f"{self.price_per_gpu_hour} {self.currency}/GPU-hour"
+        return f"{self.cluster.name} {kind}: {price} from {self.valid_from:%Y-%m-%d %H:%M}"
 
 
 class UsageRecord(models.Model):
@@ -99,7 +100,9 @@ class UsageShare(models.Model):
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="+")
     project = models.ForeignKey("tenants.Project", on_delete=models.PROTECT, related_name="+")
     cluster = models.ForeignKey("jobs.Cluster", on_delete=models.PROTECT, related_name="+")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     cluster_username = models.CharField(max_length=32, blank=True)
     gpu_type = models.CharField(max_length=64, blank=True)
     day = models.DateField()

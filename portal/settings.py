@@ -117,6 +117,14 @@ CELERY_BEAT_SCHEDULE = {
         "task": "jobs.tasks.slurm_reconcile_all",
         "schedule": env_int("SLURM_RECONCILE_INTERVAL_SECONDS", 600),
     },
+    "import-usage": {
+        "task": "billing.tasks.usage_import",
+        "schedule": env_int("BILLING_IMPORT_INTERVAL_SECONDS", 30),
+    },
+    "finalise-invoices": {
+        "task": "billing.tasks.invoices_finalise_due",
+        "schedule": 3600,
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -210,6 +218,12 @@ EMAIL_PORT = env_int("EMAIL_PORT", 25)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-portal@localhost")
 # How links in e-mails start (scheme, host and port of the portal as users reach it).
 PORTAL_BASE_URL = env_str("PORTAL_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+
+# Billing: invoices of a month are finalised automatically this long after it ends (usage of jobs that ended
+# in the month keeps arriving for a moment; later usage goes on the next month's invoice as late usage).
+BILLING_FINALISE_AFTER_HOURS = env_int("BILLING_FINALISE_AFTER_HOURS", 24)
+# The submit reply carries a cost estimate from this function (jobs cannot import billing, which depends on it).
+JOB_ESTIMATE_FUNCTION = env_str("JOB_ESTIMATE_FUNCTION", "billing.estimates.job_estimate_data")
 
 # The local development cluster that `make cluster` starts; `seed_demo` registers it as "local".
 LOCAL_CLUSTER_URL = env_str("LOCAL_CLUSTER_URL", "http://127.0.0.1:6820")

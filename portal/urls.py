@@ -17,6 +17,9 @@ urlpatterns = [
     path("api/v1/", include("quotas.api_urls")),
     path("api/v1/", include("quotas.request_apis")),
     path("api/v1/", include("tenants.notification_apis")),
+    path("api/v1/", include("billing.api_urls")),
+    path("api/v1/", include("billing.estimate_apis")),
+    path("api/v1/", include("billing.reconciliation_apis")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

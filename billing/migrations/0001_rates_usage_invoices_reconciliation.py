@@ -8,189 +8,377 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('jobs', '0004_jobs_transitions_templates'),
-        ('tenants', '0003_notifications'),
+        ("jobs", "0004_jobs_transitions_templates"),
+        ("tenants", "0003_notifications"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Invoice',
+            name="Invoice",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('month', models.DateField(help_text='First day of the month')),
-                ('currency', models.CharField(max_length=3)),
-                ('state', models.CharField(choices=[('draft', 'Draft'), ('final', 'Final')], default='draft', max_length=8)),
-                ('number', models.CharField(blank=True, help_text='Given when the invoice is finalised', max_length=40)),
-                ('gpu_seconds', models.BigIntegerField(default=0)),
-                ('total', models.DecimalField(decimal_places=2, default=0, max_digits=16)),
-                ('built_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finalised_at', models.DateTimeField(blank=True, null=True)),
-                ('finalised_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='invoices', to='tenants.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("month", models.DateField(help_text="First day of the month")),
+                ("currency", models.CharField(max_length=3)),
+                (
+                    "state",
+                    models.CharField(choices=[("draft", "Draft"), ("final", "Final")], default="draft", max_length=8),
+                ),
+                (
+                    "number",
+                    models.CharField(blank=True, help_text="Given when the invoice is finalised", max_length=40),
+                ),
+                ("gpu_seconds", models.BigIntegerField(default=0)),
+                ("total", models.DecimalField(decimal_places=2, default=0, max_digits=16)),
+                ("built_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finalised_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "finalised_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="invoices", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-month', 'tenant__slug', 'currency'],
+                "ordering": ["-month", "tenant__slug", "currency"],
             },
         ),
         migrations.CreateModel(
-            name='Rate',
+            name="Rate",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('gpu_type', models.CharField(blank=True, help_text='Empty: every GPU type without its own rate', max_length=64)),
-                ('price_per_gpu_hour', models.DecimalField(decimal_places=4, help_text='Price of one GPU for one hour', max_digits=12, validators=[django.core.validators.MinValueValidator(0)])),
-                ('currency', models.CharField(max_length=3, validators=[django.core.validators.RegexValidator('^[A-Z]{3}$', 'An ISO 4217 currency code in capitals, e.g. EUR or USD.')])),
-                ('valid_from', models.DateTimeField(help_text='In force from this moment until the next rate of the same type')),
-                ('note', models.CharField(blank=True, max_length=300)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('cluster', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='rates', to='jobs.cluster')),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "gpu_type",
+                    models.CharField(blank=True, help_text="Empty: every GPU type without its own rate", max_length=64),
+                ),
+                (
+                    "price_per_gpu_hour",
+                    models.DecimalField(
+                        decimal_places=4,
+                        help_text="Price of one GPU for one hour",
+                        max_digits=12,
+                        validators=[django.core.validators.MinValueValidator(0)],
+                    ),
+                ),
+                (
+                    "currency",
+                    models.CharField(
+                        max_length=3,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[A-Z]{3}$", "An ISO 4217 currency code in capitals, e.g. EUR or USD."
+                            )
+                        ],
+                    ),
+                ),
+                (
+                    "valid_from",
+                    models.DateTimeField(help_text="In force from this moment until the next rate of the same type"),
+                ),
+                ("note", models.CharField(blank=True, max_length=300)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "cluster",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="rates", to="jobs.cluster"
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['cluster', 'gpu_type', '-valid_from'],
+                "ordering": ["cluster", "gpu_type", "-valid_from"],
             },
         ),
         migrations.CreateModel(
-            name='InvoiceLine',
+            name="InvoiceLine",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('gpu_type', models.CharField(blank=True, max_length=64)),
-                ('price_per_gpu_hour', models.DecimalField(decimal_places=4, max_digits=12)),
-                ('usage_month', models.DateField()),
-                ('job_count', models.PositiveIntegerField()),
-                ('gpu_seconds', models.BigIntegerField()),
-                ('amount', models.DecimalField(decimal_places=2, max_digits=16)),
-                ('cluster', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='jobs.cluster')),
-                ('invoice', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='lines', to='billing.invoice')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='tenants.project')),
-                ('rate', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='billing.rate')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("gpu_type", models.CharField(blank=True, max_length=64)),
+                ("price_per_gpu_hour", models.DecimalField(decimal_places=4, max_digits=12)),
+                ("usage_month", models.DateField()),
+                ("job_count", models.PositiveIntegerField()),
+                ("gpu_seconds", models.BigIntegerField()),
+                ("amount", models.DecimalField(decimal_places=2, max_digits=16)),
+                (
+                    "cluster",
+                    models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name="+", to="jobs.cluster"),
+                ),
+                (
+                    "invoice",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="lines", to="billing.invoice"
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="tenants.project"
+                    ),
+                ),
+                (
+                    "rate",
+                    models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name="+", to="billing.rate"),
+                ),
             ],
             options={
-                'ordering': ['invoice', 'project__slug', 'cluster__name', 'gpu_type', 'usage_month', 'price_per_gpu_hour'],
+                "ordering": [
+                    "invoice",
+                    "project__slug",
+                    "cluster__name",
+                    "gpu_type",
+                    "usage_month",
+                    "price_per_gpu_hour",
+                ],
             },
         ),
         migrations.CreateModel(
-            name='ReconciliationReport',
+            name="ReconciliationReport",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('period_start', models.DateTimeField()),
-                ('period_end', models.DateTimeField()),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], default='pending', max_length=8)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('summary', models.JSONField(blank=True, default=dict)),
-                ('findings', models.JSONField(blank=True, default=list)),
-                ('error', models.TextField(blank=True)),
-                ('cluster', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='reconciliation_reports', to='jobs.cluster')),
-                ('requested_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("period_start", models.DateTimeField()),
+                ("period_end", models.DateTimeField()),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("done", "Done"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=8,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("summary", models.JSONField(blank=True, default=dict)),
+                ("findings", models.JSONField(blank=True, default=list)),
+                ("error", models.TextField(blank=True)),
+                (
+                    "cluster",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="reconciliation_reports",
+                        to="jobs.cluster",
+                    ),
+                ),
+                (
+                    "requested_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='UsageRecord',
+            name="UsageRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('cluster_username', models.CharField(blank=True, max_length=32)),
-                ('gpu_type', models.CharField(blank=True, max_length=64)),
-                ('slurm_job_id', models.PositiveBigIntegerField(blank=True, null=True)),
-                ('started_at', models.DateTimeField()),
-                ('ended_at', models.DateTimeField()),
-                ('gpu_seconds', models.BigIntegerField(validators=[django.core.validators.MinValueValidator(0)])),
-                ('cost', models.DecimalField(decimal_places=6, max_digits=20)),
-                ('currency', models.CharField(max_length=3)),
-                ('imported_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('cluster', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='usage_records', to='jobs.cluster')),
-                ('job', models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, related_name='usage_record', to='jobs.job')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='usage_records', to='tenants.project')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='usage_records', to='tenants.tenant')),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='usage_records', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("cluster_username", models.CharField(blank=True, max_length=32)),
+                ("gpu_type", models.CharField(blank=True, max_length=64)),
+                ("slurm_job_id", models.PositiveBigIntegerField(blank=True, null=True)),
+                ("started_at", models.DateTimeField()),
+                ("ended_at", models.DateTimeField()),
+                ("gpu_seconds", models.BigIntegerField(validators=[django.core.validators.MinValueValidator(0)])),
+                ("cost", models.DecimalField(decimal_places=6, max_digits=20)),
+                ("currency", models.CharField(max_length=3)),
+                ("imported_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "cluster",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="usage_records", to="jobs.cluster"
+                    ),
+                ),
+                (
+                    "job",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="usage_record", to="jobs.job"
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="usage_records", to="tenants.project"
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="usage_records", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="usage_records",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-ended_at', '-id'],
+                "ordering": ["-ended_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='UsageShare',
+            name="UsageShare",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('cluster_username', models.CharField(blank=True, max_length=32)),
-                ('gpu_type', models.CharField(blank=True, max_length=64)),
-                ('day', models.DateField()),
-                ('starts_at', models.DateTimeField()),
-                ('ends_at', models.DateTimeField()),
-                ('billed_month', models.DateField(help_text='First day of the month whose invoice carries this share')),
-                ('price_per_gpu_hour', models.DecimalField(decimal_places=4, max_digits=12)),
-                ('currency', models.CharField(max_length=3)),
-                ('gpu_seconds', models.BigIntegerField()),
-                ('cost', models.DecimalField(decimal_places=6, max_digits=20)),
-                ('cluster', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='jobs.cluster')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='tenants.project')),
-                ('rate', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='shares', to='billing.rate')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='tenants.tenant')),
-                ('usage_record', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='shares', to='billing.usagerecord')),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("cluster_username", models.CharField(blank=True, max_length=32)),
+                ("gpu_type", models.CharField(blank=True, max_length=64)),
+                ("day", models.DateField()),
+                ("starts_at", models.DateTimeField()),
+                ("ends_at", models.DateTimeField()),
+                ("billed_month", models.DateField(help_text="First day of the month whose invoice carries this share")),
+                ("price_per_gpu_hour", models.DecimalField(decimal_places=4, max_digits=12)),
+                ("currency", models.CharField(max_length=3)),
+                ("gpu_seconds", models.BigIntegerField()),
+                ("cost", models.DecimalField(decimal_places=6, max_digits=20)),
+                (
+                    "cluster",
+                    models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name="+", to="jobs.cluster"),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="tenants.project"
+                    ),
+                ),
+                (
+                    "rate",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="shares", to="billing.rate"
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "usage_record",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="shares", to="billing.usagerecord"
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['usage_record', 'starts_at'],
+                "ordering": ["usage_record", "starts_at"],
             },
         ),
         migrations.AddConstraint(
-            model_name='invoice',
-            constraint=models.UniqueConstraint(fields=('tenant', 'month', 'currency'), name='invoice_one_per_tenant_month'),
+            model_name="invoice",
+            constraint=models.UniqueConstraint(
+                fields=("tenant", "month", "currency"), name="invoice_one_per_tenant_month"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='invoice',
-            constraint=models.UniqueConstraint(condition=models.Q(('number', ''), _negated=True), fields=('number',), name='invoice_number_unique'),
+            model_name="invoice",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("number", ""), _negated=True), fields=("number",), name="invoice_number_unique"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='invoice',
-            constraint=models.CheckConstraint(condition=models.Q(('state', 'draft'), models.Q(('finalised_at__isnull', False), models.Q(('number', ''), _negated=True)), _connector='OR'), name='invoice_final_has_number'),
+            model_name="invoice",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("state", "draft"),
+                    models.Q(("finalised_at__isnull", False), models.Q(("number", ""), _negated=True)),
+                    _connector="OR",
+                ),
+                name="invoice_final_has_number",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='rate',
-            constraint=models.UniqueConstraint(fields=('cluster', 'gpu_type', 'valid_from'), name='rate_unique_start'),
+            model_name="rate",
+            constraint=models.UniqueConstraint(fields=("cluster", "gpu_type", "valid_from"), name="rate_unique_start"),
         ),
         migrations.AddConstraint(
-            model_name='rate',
-            constraint=models.CheckConstraint(condition=models.Q(('price_per_gpu_hour__gte', 0)), name='rate_price_not_negative'),
+            model_name="rate",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("price_per_gpu_hour__gte", 0)), name="rate_price_not_negative"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='reconciliationreport',
-            constraint=models.CheckConstraint(condition=models.Q(('period_end__gt', models.F('period_start'))), name='reconciliation_period'),
+            model_name="reconciliationreport",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("period_end__gt", models.F("period_start"))), name="reconciliation_period"
+            ),
         ),
         migrations.AddIndex(
-            model_name='usagerecord',
-            index=models.Index(fields=['cluster', 'ended_at'], name='usage_record_cluster_ended'),
+            model_name="usagerecord",
+            index=models.Index(fields=["cluster", "ended_at"], name="usage_record_cluster_ended"),
         ),
         migrations.AddIndex(
-            model_name='usagerecord',
-            index=models.Index(fields=['project', '-ended_at'], name='usage_record_project_recent'),
+            model_name="usagerecord",
+            index=models.Index(fields=["project", "-ended_at"], name="usage_record_project_recent"),
         ),
         migrations.AddConstraint(
-            model_name='usagerecord',
-            constraint=models.CheckConstraint(condition=models.Q(('gpu_seconds__gte', 0)), name='usage_record_seconds_positive'),
+            model_name="usagerecord",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("gpu_seconds__gte", 0)), name="usage_record_seconds_positive"
+            ),
         ),
         migrations.AddIndex(
-            model_name='usageshare',
-            index=models.Index(fields=['billed_month', 'tenant'], name='usage_share_invoice'),
+            model_name="usageshare",
+            index=models.Index(fields=["billed_month", "tenant"], name="usage_share_invoice"),
         ),
         migrations.AddIndex(
-            model_name='usageshare',
-            index=models.Index(fields=['tenant', 'day'], name='usage_share_tenant_day'),
+            model_name="usageshare",
+            index=models.Index(fields=["tenant", "day"], name="usage_share_tenant_day"),
         ),
         migrations.AddIndex(
-            model_name='usageshare',
-            index=models.Index(fields=['project', 'day'], name='usage_share_project_day'),
+            model_name="usageshare",
+            index=models.Index(fields=["project", "day"], name="usage_share_project_day"),
         ),
         migrations.AddConstraint(
-            model_name='usageshare',
-            constraint=models.CheckConstraint(condition=models.Q(('gpu_seconds__gte', 0)), name='usage_share_seconds_positive'),
+            model_name="usageshare",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("gpu_seconds__gte", 0)), name="usage_share_seconds_positive"
+            ),
         ),
     ]

@@ -1,0 +1,67 @@
+"""Reads of rates and invoices, and the access helper every invoice route goes through.
+
+Invoices are the tenant's admins' (and portal admins'): anyone else gets the same 404 as for an invoice that
+does not exist, whether or not they belong to the tenant.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from django.db.models import QuerySet
+from django.http import Http404
+
+from billing.models import Invoice, InvoiceLine, Rate
+from tenants.models import TenantMembership, TenantRole
+from tenants.selectors import AnyUser, is_portal_admin
+
+
+def rate_list(*, cluster: str | None = None, gpu_type: str | None = None) -> QuerySet[Rate]:
+    rates = Rate.objects.select_related("cluster").order_by("cluster__name", "gpu_type", "-valid_from")
+    if cluster:
+        rates = rates.filter(cluster__name=cluster)
+    if gpu_type is not None:
+        rates = rates.filter(gpu_type=gpu_type)
+    return rates
+
+
+def rate_get(*, rate_id: int) -> Rate:
+    rate = Rate.objects.select_related("cluster").filter(pk=rate_id).first()
+    if rate is None:
+        raise Http404(f"No rate {rate_id} exists; list them with GET /api/v1/rates/.")
+    return rate
+
+
+def invoice_list_for_user(
+    *, user: AnyUser, tenant: str | None = None, month: date | None = None, state: str | None = None
+) -> QuerySet[Invoice]:
+    """Invoices of the tenants the user administers (all for portal admins), newest month first."""
+    invoices = Invoice.objects.select_related("tenant").order_by("-month", "tenant__slug", "currency")
+    if not user.is_authenticated:
+        return invoices.none()
+    if not is_portal_admin(user):
+        administered = TenantMembership.objects.filter(user=user, role=TenantRole.ADMIN).values("tenant")
+        invoices = invoices.filter(tenant__in=administered)
+    if tenant:
+        invoices = invoices.filter(tenant__slug=tenant)
+    if month is not None:
+        invoices = invoices.filter(month=month.replace(day=1))
+    if state:
+        invoices = invoices.filter(state=state)
+    return invoices
+
+
+def invoice_get_for_user(*, user: AnyUser, invoice_id: int) -> Invoice:
+    invoice = invoice_list_for_user(user=user).filter(pk=invoice_id).first()
+    if invoice is None:
+        raise Http404(
+            f"No invoice {invoice_id} exists among the ones you can see; tenant admins list theirs with "
+            "GET /api/v1/invoices/."
+        )
+    return invoice
+
+
+def invoice_lines(*, invoice: Invoice) -> QuerySet[InvoiceLine]:
+    return invoice.lines.select_related("project", "cluster").order_by(
+        "project__slug", "cluster__name", "gpu_type", "usage_month", "price_per_gpu_hour", "pk"
+    )

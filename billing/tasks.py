@@ -1,0 +1,35 @@
+"""Celery tasks for billing: thin wrappers that call one service. Each is idempotent."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from billing import invoices, usage
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(ignore_result=True, soft_time_limit=240, time_limit=300)
+def usage_import() -> None:
+    """Price the jobs charged since the last run and bring the affected draft invoices up to date."""
+    result = usage.usage_import()
+    if result.imported or result.unpriced:
+        logger.info("usage import: %s", result)
+
+
+@shared_task(ignore_result=True, soft_time_limit=240, time_limit=300)
+def invoices_finalise_due() -> None:
+    """Finalise the draft invoices of months that closed more than BILLING_FINALISE_AFTER_HOURS ago."""
+    finalised = invoices.invoices_finalise_due()
+    if finalised:
+        logger.info("finalised %d invoices", finalised)
+
+
+@shared_task(ignore_result=True, soft_time_limit=540, time_limit=600)
+def reconciliation_report_run(report_id: int) -> None:
+    """Compare the portal's usage of the report's cluster and period with Slurm's accounting."""
+    from billing import reconciliation  # it enqueues this task: imported here to keep the imports acyclic
+
+    reconciliation.reconciliation_report_run(report_id=report_id)

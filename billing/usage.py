@@ -1,0 +1,193 @@
+"""Usage records: every job charged in the quota ledger becomes one priced record, split by day and rate.
+
+The charge (one per job, a database constraint) holds the GPU-seconds Slurm's accounting reported: elapsed x
+allocated GPUs, for jobs submitted through the portal and for jobs found in a project's account. Pricing it
+here, rather than asking slurmdbd again, keeps one source for both the quota balance and the bill.
+
+A job running from 23:00 to 01:00 used half its GPU-seconds on each day; each day's share is priced at the
+rate in force during it, and goes on the invoice of its month. One import runs at a time (an advisory lock),
+so a record is made once however many workers run the task; a second run finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from billing.models import Invoice, InvoiceState, Rate, UsageRecord, UsageShare, first_of_month
+from billing.money import usage_cost
+from billing.rates import RateBook
+from jobs.models import Job
+from quotas.models import LedgerEntry, LedgerKind, period_start
+
+logger = logging.getLogger(__name__)
+
+IMPORT_BATCH_SIZE = 2000
+BILLING_LOCK_ID = 0x62696C6C  # "bill": held by whatever writes usage or invoices
+
+
+def billing_lock() -> None:
+    """Serialise writers of usage and invoices until the current transaction ends."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [BILLING_LOCK_ID])
+
+
+@dataclass(frozen=True)
+class UsageImportResult:
+    imported: int = 0  # jobs priced in this run
+    unpriced: int = 0  # charged jobs with no rate in force for part of their run; tried again next run
+    invoices_rebuilt: int = 0  # draft invoices brought up to date
+
+
+@dataclass(frozen=True)
+class Slice:
+    starts_at: datetime
+    ends_at: datetime
+    gpu_seconds: int
+
+
+def split_gpu_seconds(*, gpu_seconds: int, start: datetime, end: datetime, cuts: list[datetime]) -> list[Slice]:
+    """Share `gpu_seconds` between the pieces of [start, end) that `cuts` make, in proportion to their length.
+
+    Whole GPU-seconds: the remainders go to the pieces with the largest fractions, so the shares always sum to
+    the total. A job with no duration is one piece.
+    """
+    bounds = [start, *(cut for cut in sorted(set(cuts)) if start < cut < end), end]
+    total = (end - start).total_seconds()
+    if total <= 0:
+        return [Slice(start, end, gpu_seconds)]
+    pieces = list(itertools.pairwise(bounds))
+    exact = [gpu_seconds * (piece_end - piece_start).total_seconds() / total for piece_start, piece_end in pieces]
+    shares = [int(value) for value in exact]
+    by_fraction = sorted(range(len(pieces)), key=lambda index: (exact[index] - shares[index], -index), reverse=True)
+    for index in by_fraction[: gpu_seconds - sum(shares)]:
+        shares[index] += 1
+    return [Slice(start, end, share) for (start, end), share in zip(pieces, shares, strict=True)]
+
+
+def midnights_between(start: datetime, end: datetime) -> list[datetime]:
+    moments = []
+    day = start.date() + timedelta(days=1)
+    while (midnight := period_start(day)) < end:
+        moments.append(midnight)
+        day += timedelta(days=1)
+    return moments
+
+
+def _priceable() -> Exists:
+    """The charge's cluster has some rate in force when the job started: without one nothing can be priced,
+    and such charges must not crowd the batch."""
+    return Exists(Rate.objects.filter(cluster_id=OuterRef("cluster_id"), valid_from__lte=OuterRef("job__started_at")))
+
+
+def usage_import(*, now: datetime | None = None, batch_size: int = IMPORT_BATCH_SIZE) -> UsageImportResult:
+    """Price the charges that have no usage record yet (at most `batch_size`, oldest first) and rebuild the
+    draft invoices they land on, in one transaction."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        billing_lock()
+        charges = list(
+            LedgerEntry.objects.filter(kind=LedgerKind.CHARGE, job__isnull=False)
+            .exclude(Exists(UsageRecord.objects.filter(job_id=OuterRef("job_id"))))
+            .filter(_priceable())
+            .select_related("job__project")
+            .order_by("id")[:batch_size]
+        )
+        if not charges:
+            return UsageImportResult()
+        book = RateBook.for_clusters({charge.cluster_id for charge in charges})
+        final = set(
+            Invoice.objects.filter(
+                tenant_id__in={charge.project.tenant_id for charge in charges}, state=InvoiceState.FINAL
+            ).values_list("tenant_id", "month", "currency")
+        )
+        current_month = first_of_month(now.date())
+        records: list[UsageRecord] = []
+        shares_of: list[list[UsageShare]] = []
+        unpriced = 0
+        for charge in charges:
+            assert charge.job is not None
+            priced = _price(job=charge.job, gpu_seconds=charge.gpu_seconds, fallback_end=charge.created_at, book=book)
+            if priced is None:
+                unpriced += 1
+                continue
+            record, shares = priced
+            for share in shares:
+                month = first_of_month(share.day)
+                share.billed_month = current_month if (record.tenant_id, month, share.currency) in final else month
+            records.append(record)
+            shares_of.append(shares)
+        UsageRecord.objects.bulk_create(records)
+        for record, shares in zip(records, shares_of, strict=True):
+            for share in shares:
+                share.usage_record = record
+        UsageShare.objects.bulk_create([share for shares in shares_of for share in shares], batch_size=5000)
+
+        touched: dict[date, set[int]] = defaultdict(set)
+        for shares in shares_of:
+            for share in shares:
+                touched[share.billed_month].add(share.tenant_id)
+        # Imported here rather than at the top: invoices build on usage records and import this module's lock.
+        from billing.invoices import invoices_build
+
+        rebuilt = sum(invoices_build(month=month, tenant_ids=tenants, now=now) for month, tenants in touched.items())
+    if unpriced:
+        logger.warning("usage import: %d charged jobs have no rate in force for part of their run", unpriced)
+    return UsageImportResult(imported=len(records), unpriced=unpriced, invoices_rebuilt=rebuilt)
+
+
+def _price(
+    *, job: Job, gpu_seconds: int, fallback_end: datetime, book: RateBook
+) -> tuple[UsageRecord, list[UsageShare]] | None:
+    end = job.ended_at or fallback_end
+    start = min(job.started_at or end, end)
+    cuts = midnights_between(start, end) + book.changes_between(
+        cluster_id=job.cluster_id, gpu_type=job.gpu_type, start=start, end=end
+    )
+    shares = []
+    for piece in split_gpu_seconds(gpu_seconds=gpu_seconds, start=start, end=end, cuts=cuts):
+        rate = book.in_force(cluster_id=job.cluster_id, gpu_type=job.gpu_type, at=piece.starts_at)
+        if rate is None:
+            return None
+        shares.append(
+            UsageShare(
+                tenant_id=job.project.tenant_id,
+                project_id=job.project_id,
+                cluster_id=job.cluster_id,
+                user_id=job.user_id,
+                cluster_username=job.cluster_username,
+                gpu_type=job.gpu_type,
+                day=piece.starts_at.astimezone(UTC).date(),
+                starts_at=piece.starts_at,
+                ends_at=piece.ends_at,
+                rate=rate,
+                price_per_gpu_hour=rate.price_per_gpu_hour,
+                currency=rate.currency,
+                gpu_seconds=piece.gpu_seconds,
+                cost=usage_cost(gpu_seconds=piece.gpu_seconds, price_per_gpu_hour=rate.price_per_gpu_hour),
+            )
+        )
+    record = UsageRecord(
+        job=job,
+        tenant_id=job.project.tenant_id,
+        project_id=job.project_id,
+        cluster_id=job.cluster_id,
+        user_id=job.user_id,
+        cluster_username=job.cluster_username,
+        gpu_type=job.gpu_type,
+        slurm_job_id=job.slurm_job_id,
+        started_at=start,
+        ended_at=end,
+        gpu_seconds=gpu_seconds,
+        cost=sum((share.cost for share in shares), Decimal(0)),
+        currency=shares[0].currency,
+    )
+    return record, shares
