@@ -1,0 +1,60 @@
+"""Usage as the quota ledger leaves it, without Slurm: a finished job charged the GPU-seconds accounting reported."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import date, datetime, time, timedelta
+
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from jobs.models import Cluster, Job, JobState
+from quotas.services import quota_charge
+from tenants.models import Project
+
+_slurm_ids = itertools.count(900_000)
+
+
+def at(day: date, hour: int = 0, minute: int = 0) -> datetime:
+    return datetime.combine(day, time(hour, minute), tzinfo=timezone.get_current_timezone())
+
+
+def charged_job(
+    project: Project,
+    cluster: Cluster,
+    *,
+    start: datetime,
+    end: datetime,
+    gpus: int = 1,
+    gpu_type: str = "h100",
+    user: User | None = None,
+    gpu_seconds: int | None = None,
+    external: bool = False,
+) -> Job:
+    """A job that ran from `start` to `end`, charged elapsed x GPUs (or `gpu_seconds`) as the accounting import does."""
+    job = Job.objects.create(
+        project=project,
+        cluster=cluster,
+        user=user,
+        cluster_username="alice",
+        is_external=external,
+        name="job",
+        partition="gpu",
+        gpu_type=gpu_type,
+        gpus=gpus,
+        time_limit_minutes=max(1, int((end - start) / timedelta(minutes=1)) + 1),
+        state=JobState.COMPLETED,
+        slurm_job_id=next(_slurm_ids),
+        slurm_submit_time=start if external else None,
+        created_at=start,
+        submitted_at=start,
+        started_at=start,
+        ended_at=end,
+    )
+    used = gpu_seconds if gpu_seconds is not None else int((end - start).total_seconds()) * gpus
+    assert quota_charge(job=job, gpu_seconds=used, now=end, note="accounting")
+    return job
+
+
+def previous_month(month: date) -> date:
+    return (month.replace(day=1) - timedelta(days=1)).replace(day=1)
