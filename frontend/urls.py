@@ -16,4 +16,5 @@ urlpatterns: list[URLPattern] = [
     # Django's LogoutView accepts POST only, so a link or an image on another site cannot log users out.
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.home, name="home"),
+    path("billing/invoices/<int:invoice_id>/print/", views.invoice_print, name="invoice-print"),
 ]

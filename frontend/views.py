@@ -1,4 +1,6 @@
-"""Browser pages: the home page after login. Login and logout are Django's own views (see frontend/urls.py)."""
+"""Browser pages: the home page after login, and printable invoices.
+
+Login and logout are Django's own views (see frontend/urls.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
+from billing.apis import invoice_data
+from billing.selectors import invoice_get_for_user, invoice_lines
 from tenants.models import Project, ProjectRole, Tenant, TenantRole
 from tenants.selectors import is_portal_admin, project_list_for_user, tenant_list_for_user
 
@@ -52,3 +56,12 @@ def home(request: HttpRequest) -> HttpResponse:
 
     context = {"tenant_rows": tenant_rows, "project_rows": project_rows, "is_portal_admin": portal_admin}
     return render(request, "frontend/home.html", context)
+
+
+@require_safe
+@login_required
+def invoice_print(request: HttpRequest, invoice_id: int) -> HttpResponse:
+    """An invoice laid out for paper: the browser's "Print" (or "Save as PDF") gives the document."""
+    invoice = invoice_get_for_user(user=request.user, invoice_id=invoice_id)
+    lines = list(invoice_lines(invoice=invoice).select_related("project__tenant"))
+    return render(request, "frontend/invoice_print.html", {"invoice": invoice_data(invoice, lines=lines)})

@@ -203,3 +203,17 @@ def test_an_unused_rate_can_be_corrected_and_bad_input_says_how_to_fix_it(billed
         assert response.json()["code"] == "invalid"
         assert words in " ".join(response.json()["fields"][field]), response.json()
     assert Rate.objects.count() == 2
+
+
+def test_the_printable_invoice_is_a_page_for_the_tenants_admins(billed: dict[str, Any], client: Any) -> None:
+    invoice = billed["acme"]
+    client.force_login(billed["acme_admin"])
+    page = client.get(f"/billing/invoices/{invoice.pk}/print/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "Draft invoice" in text and "8.25 EUR" in text and "Download CSV" in text
+    assert f"{invoice.tenant.slug}/vision" in text and "6.25 EUR" in text
+    client.force_login(billed["globex_admin"])
+    denied = client.get(f"/billing/invoices/{invoice.pk}/print/")
+    assert denied.status_code == 404
+    assert "8.25" not in denied.content.decode()
