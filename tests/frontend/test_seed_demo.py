@@ -6,6 +6,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from billing.models import Rate
 from jobs.models import ClusterAccount, JobTemplate
 from quotas.models import Allocation, TenantPool
 from tenants.models import AuditEvent, Project, ProjectMembership
@@ -43,3 +44,13 @@ def test_the_demo_has_this_months_gpu_hours() -> None:
     )
     pool = TenantPool.objects.get()
     assert (pool.tenant.slug, pool.gpu_seconds) == ("acme", 200 * 3600)
+
+
+def test_the_demo_has_prices_from_the_first_of_the_month() -> None:
+    call_command("seed_demo", verbosity=0)
+    call_command("seed_demo", verbosity=0)
+
+    rates = {(rate.gpu_type, str(rate.price_per_gpu_hour), rate.currency) for rate in Rate.objects.all()}
+    assert rates == {("h100", "2.5000", "EUR"), ("a100", "1.6000", "EUR"), ("", "2.0000", "EUR")}
+    first = timezone.now().date().replace(day=1)
+    assert {rate.valid_from.date() for rate in Rate.objects.all()} == {first}

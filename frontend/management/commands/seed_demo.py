@@ -20,9 +20,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 
+from billing.models import Rate
+from billing.rates import rate_create
 from jobs.job_services import job_template_save
 from jobs.models import Cluster, ClusterAccount, JobTemplate
-from quotas.models import Allocation, TenantPool
+from quotas.models import Allocation, TenantPool, period_start
 from quotas.requests import tenant_pool_create
 from quotas.services import allocation_create
 from tenants import services
@@ -46,6 +48,9 @@ DEMO_ALLOCATIONS = {
     ("globex", "genomics"): (Decimal(50), ""),
 }
 DEMO_TENANT_POOLS = {"acme": Decimal(200)}
+# Prices per GPU-hour on the local cluster, from the first of this month; other types fall back to the any-type rate.
+DEMO_RATES = {"h100": Decimal("2.50"), "a100": Decimal("1.60"), "": Decimal("2.00")}
+DEMO_CURRENCY = "EUR"
 
 # A saved template of acme/vision, next to the built-in ones.
 DEMO_TEMPLATE: dict[str, Any] = {
@@ -71,8 +76,8 @@ ACTOR = None
 
 class Command(BaseCommand):
     help = (
-        "Create the demo tenants, projects, users (password from DEMO_PASSWORD) and this month's GPU-hours, "
-        "and register the local cluster."
+        "Create the demo tenants, projects, users (password from DEMO_PASSWORD), this month's GPU-hours and "
+        "prices, and register the local cluster."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -151,6 +156,19 @@ class Command(BaseCommand):
                     gpu_hours=gpu_hours,
                     starts_on=first_day,
                     ends_on=last_day,
+                )
+
+        for gpu_type, price in DEMO_RATES.items():
+            if not Rate.objects.filter(cluster=cluster, gpu_type=gpu_type).exists():
+                self.stdout.write(f"Pricing {gpu_type or 'any other GPU type'} at {price} {DEMO_CURRENCY}/GPU-hour")
+                rate_create(
+                    actor=admin,
+                    cluster=cluster,
+                    gpu_type=gpu_type,
+                    price_per_gpu_hour=price,
+                    currency=DEMO_CURRENCY,
+                    valid_from=period_start(first_day),
+                    note="demo",
                 )
 
     def _user(self, username: str) -> User:
