@@ -27,6 +27,9 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
+from billing.models import Invoice, InvoiceLine, Rate, UsageRecord
+from billing.rates import rate_create
+from billing.usage import usage_import
 from jobs.job_services import JobRequest, job_submit
 from jobs.models import Job, JobTemplate
 from portal.routing import websocket_urlpatterns
@@ -43,6 +46,7 @@ from tenants.models import (
 )
 from tenants.notifications import notifications_send
 from tenants.services import token_create
+from tests.billing.usage_factories import at, charged_job, previous_month
 from tests.factories import (
     add_project_member,
     add_tenant_member,
@@ -71,6 +75,8 @@ class World:
     template_id: str
     request_id: str
     notification_id: str
+    rate_id: str
+    invoice_id: str
 
 
 @pytest.fixture
@@ -109,7 +115,21 @@ def world(db: None, tmp_path: Path) -> World:
         actor=users["member"], allocation=allocation, gpu_hours=Decimal(5), justification="matrix"
     )
     (notification,) = notifications_send(users=[users["member"]], tenant=tenant, kind="x", title="matrix", body="")
+    # Last month's usage of the project, priced: a draft invoice of the tenant's that a portal admin may finalise.
+    last_month = previous_month(timezone.now().date().replace(day=1))
+    rate = rate_create(
+        actor=None,
+        cluster=cluster,
+        gpu_type="",
+        price_per_gpu_hour=Decimal(2),
+        currency="EUR",
+        valid_from=at(last_month),
+    )
+    charged_job(project, cluster, start=at(last_month, 10), end=at(last_month, 11), user=users["member"])
+    usage_import()
     return World(
+        rate_id=str(rate.pk),
+        invoice_id=str(Invoice.objects.get(tenant=tenant).pk),
         request_id=str(quota_request.pk),
         notification_id=str(notification.pk),
         users=users,
@@ -296,6 +316,37 @@ MATRIX: dict[str, dict[str, Case]] = {
     "api/v1/notifications/": {"GET": Case(everyone(200))},
     "api/v1/notifications/read-all/": {"POST": Case(everyone(200))},
     "api/v1/notifications/<int:notification_id>/read/": {"POST": Case(everyone(404) | {"member": 200})},
+    # Prices are no secret: everyone reads them; portal admins set them, and a rate that priced usage is frozen.
+    "api/v1/rates/": {
+        "GET": Case(everyone(200)),
+        "POST": Case(
+            everyone(403) | {"staff": 201},
+            body=lambda w: {
+                "cluster": "matrixcluster",
+                "gpu_type": "h100",
+                "price_per_gpu_hour": "3",
+                "currency": "EUR",
+                "valid_from": "2099-01-01",
+            },
+        ),
+    },
+    "api/v1/rates/<int:rate_id>/": {
+        "GET": Case(everyone(200)),
+        "PATCH": Case(everyone(403) | {"staff": 409}, body=lambda w: {"note": "changed"}),
+        "DELETE": Case(everyone(403) | {"staff": 409}),
+    },
+    # Invoices are the tenant admins' (and portal admins'); everyone else is told they do not exist.
+    "api/v1/invoices/": {
+        "GET": Case(everyone(200), leak_free_for=("outsider", "tenant_member", "viewer", "member", "manager"))
+    },
+    "api/v1/invoices/<int:invoice_id>/": {"GET": Case(only(200, TENANT_ADMINS, denied=404))},
+    "api/v1/invoices/<int:invoice_id>/csv/": {"GET": Case(only(200, TENANT_ADMINS, denied=404))},
+    "api/v1/invoices/<int:invoice_id>/finalise/": {
+        "POST": Case(only(200, ("staff",), denied=404) | {"tenant_admin": 403})
+    },
+    "billing/invoices/<int:invoice_id>/print/": {
+        "GET": Case(only(200, TENANT_ADMINS, denied=404) | {"anonymous": 302})
+    },
 }
 
 # route -> role -> whether the handshake is accepted.
@@ -349,6 +400,8 @@ def _url(route: str, world: World, **overrides: str) -> str:
         "allocation_id": world.allocation_id,
         "request_id": world.request_id,
         "notification_id": world.notification_id,
+        "rate_id": world.rate_id,
+        "invoice_id": world.invoice_id,
         "cluster": "matrixcluster",
         **overrides,
     }
@@ -382,6 +435,10 @@ def database_fingerprint() -> str:
         list(QuotaRequest.objects.order_by("pk").values_list("pk", "state", "granted_gpu_seconds")),
         list(TenantPool.objects.order_by("pk").values_list("pk", "gpu_seconds", "distributed_gpu_seconds")),
         list(Notification.objects.order_by("pk").values_list("pk", "read_at")),
+        list(Rate.objects.order_by("pk").values_list("pk", "price_per_gpu_hour", "valid_from", "note")),
+        list(Invoice.objects.order_by("pk").values_list("pk", "state", "total", "number")),
+        InvoiceLine.objects.count(),
+        UsageRecord.objects.count(),
         AuditEvent.objects.count(),
     ]
     return hashlib.sha256(repr(rows).encode()).hexdigest()
