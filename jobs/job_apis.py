@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.urls import reverse
+from django.utils.module_loading import import_string
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, serializers, status
@@ -233,6 +235,17 @@ class JobDetailOutput(JobOutput):
     transitions = JobTransitionOutput(many=True)
 
 
+class JobSubmitOutput(JobDetailOutput):
+    estimate = serializers.SerializerMethodField(
+        help_text="The most the job can cost and what it leaves of the allocation, as POST /api/v1/estimates/ "
+        "answers it (EstimateOutput); null when the portal bills nothing"
+    )
+
+    def get_estimate(self, job: Job) -> dict[str, Any] | None:
+        estimate: dict[str, Any] | None = self.context.get("estimate")
+        return estimate
+
+
 class JobSubmitInput(serializers.Serializer[Any]):
     project = serializers.CharField(help_text="tenant/project, e.g. acme/vision")
     cluster = serializers.CharField(help_text="A cluster from GET /api/v1/clusters/")
@@ -298,7 +311,7 @@ _ACTIVE = {JobState.QUEUED, JobState.PENDING, JobState.RUNNING}
                 description="Send the same key when retrying: the job is created once, and the retry gets it back",
             )
         ],
-        responses={202: JobDetailOutput, 200: JobDetailOutput, **ERRORS},
+        responses={202: JobSubmitOutput, 200: JobSubmitOutput, **ERRORS},
     ),
 )
 class JobListApi(generics.ListAPIView):  # type: ignore[type-arg]
@@ -324,7 +337,10 @@ class JobListApi(generics.ListAPIView):  # type: ignore[type-arg]
         )
         job = job_detail_load(job_id=job.pk)  # access was checked on the project above
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
-        return Response(JobDetailOutput(job).data, status=code, headers={"Location": reverse("api-job", args=[job.pk])})
+        # Billing depends on jobs, so its estimate is found by name rather than imported.
+        estimate = import_string(settings.JOB_ESTIMATE_FUNCTION)(job) if settings.JOB_ESTIMATE_FUNCTION else None
+        reply = JobSubmitOutput(job, context={"estimate": estimate}).data
+        return Response(reply, status=code, headers={"Location": reverse("api-job", args=[job.pk])})
 
 
 class JobDetailApi(APIView):

@@ -286,10 +286,8 @@ def _validated(*, user: User, values: dict[str, Any]) -> tuple[Cluster | None, d
     def problem(field: str, message: str) -> None:
         problems.setdefault(field, []).append(message)
 
-    cluster = Cluster.objects.filter(name=values["cluster"], is_active=True).first()
+    cluster = _active_cluster(values, problem)
     if cluster is None:
-        names = ", ".join(Cluster.objects.filter(is_active=True).values_list("name", flat=True)) or "none yet"
-        problem("cluster", f"There is no active cluster '{values['cluster']}'; choose one of: {names}.")
         return None, problems
     username = ClusterAccount.objects.filter(cluster=cluster, user=user).values_list("username", flat=True).first()
     values["cluster_username"] = username
@@ -300,18 +298,75 @@ def _validated(*, user: User, values: dict[str, Any]) -> tuple[Cluster | None, d
             "ask a portal admin to add your cluster account.",
         )
 
-    partitions = {partition.name: partition for partition in cluster.partitions.all()}
-    partition = _partition_for(values, partitions, problem, cluster)
-    _validate_gpus(values, partition, cluster, problem)
-    # The type the job's GPUs will have, which picks the allocation it draws on: its own, or its partition's only one.
-    offered = partition.gpu_types if partition is not None else []
-    values["quota_gpu_type"] = values["gpu_type"] or (offered[0] if len(offered) == 1 else None)
-    _validate_time_limit(values, partition, problem)
+    partition = _validate_shape(values, cluster, problem)
     _validate_resources(values, partition, cluster, problem)
     _validate_name(values, problem)
     _validate_script(values, problem)
     _validate_environment(values, problem)
     return cluster, problems
+
+
+def _active_cluster(values: dict[str, Any], problem: Any) -> Cluster | None:
+    cluster = Cluster.objects.filter(name=values["cluster"], is_active=True).first()
+    if cluster is None:
+        names = ", ".join(Cluster.objects.filter(is_active=True).values_list("name", flat=True)) or "none yet"
+        problem("cluster", f"There is no active cluster '{values['cluster']}'; choose one of: {names}.")
+    return cluster
+
+
+def _validate_shape(values: dict[str, Any], cluster: Cluster, problem: Any) -> Partition | None:
+    """Fill and check the partition, GPUs and time limit: what a job may use, so what it reserves and costs."""
+    partitions = {partition.name: partition for partition in cluster.partitions.all()}
+    partition = _partition_for(values, partitions, problem, cluster)
+    _validate_gpus(values, partition, cluster, problem)
+    values["quota_gpu_type"] = expected_gpu_type(gpu_type=values["gpu_type"], partition=partition)
+    _validate_time_limit(values, partition, problem)
+    return partition
+
+
+def expected_gpu_type(*, gpu_type: str | None, partition: Partition | None) -> str | None:
+    """The type a job's GPUs will have, which picks the allocation it draws on and its price: its own, or its
+    partition's only one; None when GPUs of any type may come."""
+    offered = partition.gpu_types if partition is not None else []
+    return gpu_type or (offered[0] if len(offered) == 1 else None)
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What a submission would ask of a cluster, with the defaults filled in as `job_submit` fills them."""
+
+    cluster: Cluster
+    partition: str
+    gpu_type: str  # as asked; empty: any type
+    expected_gpu_type: str | None  # see `expected_gpu_type`
+    gpus: int
+    time_limit_minutes: int
+
+
+def job_shape_resolve(*, project: Project, request: JobRequest) -> JobShape:
+    """The cluster, partition, GPUs and time limit `request` would get, checked as `job_submit` checks them
+    (template, defaults and limits), without storing anything: for a cost estimate before submitting.
+    Raises ValidationError naming every problem of those fields."""
+    values = _with_template_defaults(project=project, request=request)
+    problems: dict[str, list[str]] = {}
+
+    def problem(field: str, message: str) -> None:
+        problems.setdefault(field, []).append(message)
+
+    cluster = _active_cluster(values, problem)
+    partition = _validate_shape(values, cluster, problem) if cluster is not None else None
+    if problems:
+        raise ValidationError(problems)
+    assert cluster is not None
+    assert partition is not None
+    return JobShape(
+        cluster=cluster,
+        partition=partition.name,
+        gpu_type=values["gpu_type"] or "",
+        expected_gpu_type=values["quota_gpu_type"],
+        gpus=values["gpus"],
+        time_limit_minutes=values["time_limit_minutes"],
+    )
 
 
 def _partition_for(

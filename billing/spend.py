@@ -1,0 +1,263 @@
+"""Spend over time: a tenant's or project's amounts per day, and the projects and users that spent most in a
+period, each summed in SQL over usage shares (one share is a job's part of one UTC day at one rate).
+
+Spend is counted on the day the GPUs were used, whichever invoice carries it (late usage included). Amounts
+are per currency: a period whose usage is priced in several currencies is shown one currency at a time.
+Who may read it: a tenant's spend its admins and portal admins; a project's spend its managers as well.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Case, CharField, Count, F, QuerySet, Sum, Value, When
+
+from billing.models import UsageShare, first_of_month
+from billing.money import amount_due
+from tenants.models import Project, Tenant
+from tenants.selectors import (
+    AnyUser,
+    ProjectAction,
+    TenantAction,
+    is_portal_admin,
+    project_get_by_label_for_user,
+    tenant_get_for_user,
+)
+
+MAX_PERIOD_DAYS = 366
+TOP_LIMIT_MAX = 100
+
+
+class SpendScopeKind(enum.Enum):
+    ALL = "all"
+    TENANT = "tenant"
+    PROJECT = "project"
+
+
+@dataclass(frozen=True)
+class SpendScope:
+    """Whose usage is summed: every tenant's (portal admins), one tenant's, or one project's."""
+
+    tenant: Tenant | None = None
+    project: Project | None = None
+
+    @property
+    def kind(self) -> SpendScopeKind:
+        if self.project is not None:
+            return SpendScopeKind.PROJECT
+        return SpendScopeKind.TENANT if self.tenant is not None else SpendScopeKind.ALL
+
+    @property
+    def name(self) -> str:
+        if self.project is not None:
+            return f"{self.project.tenant.slug}/{self.project.slug}"
+        return self.tenant.slug if self.tenant is not None else ""
+
+    def shares(self, *, start: date, end: date) -> QuerySet[UsageShare]:
+        shares = UsageShare.objects.filter(day__gte=start, day__lte=end)
+        if self.project is not None:
+            return shares.filter(project=self.project)
+        return shares.filter(tenant=self.tenant) if self.tenant is not None else shares
+
+
+def spend_scope_for_user(
+    *, user: AnyUser, tenant: str | None = None, project: str | None = None, all_allowed: bool = False
+) -> SpendScope:
+    """The scope the user asked for, if they may read its spend: 404 for outsiders, 403 for a role too low.
+
+    `all_allowed`: no tenant and no project means every tenant (for portal admins only).
+    """
+    if tenant and project:
+        raise ValidationError({"project": ["Give either tenant or project, not both: a project names its tenant."]})
+    if project:
+        return SpendScope(project=project_get_by_label_for_user(user=user, label=project, action=ProjectAction.MANAGE))
+    if tenant:
+        return SpendScope(tenant=tenant_get_for_user(user=user, slug=tenant, action=TenantAction.MANAGE))
+    if not all_allowed:
+        raise ValidationError({"tenant": ["Give tenant=<slug> or project=<tenant/project>."]})
+    if not is_portal_admin(user):
+        raise PermissionDenied(
+            "Spend across all tenants is for portal admins; give tenant=<slug> for a tenant you administer."
+        )
+    return SpendScope()
+
+
+def spend_period(*, start: date | None, end: date | None, today: date) -> tuple[date, date]:
+    """The days asked for, both included; by default the current month so far."""
+    end = end or (today if start is None or start <= today else start)
+    start = start or first_of_month(end)
+    if end < start:
+        raise ValidationError({"end": [f"The period ends ({end}) before it starts ({start}); swap the dates."]})
+    days = (end - start).days + 1
+    if days > MAX_PERIOD_DAYS:
+        raise ValidationError(
+            {"end": [f"The period has {days} days; ask for at most {MAX_PERIOD_DAYS} at a time (e.g. one year)."]}
+        )
+    return start, end
+
+
+def _currency_chosen(*, found: set[str], asked: str | None, scope: SpendScope) -> str | None:
+    """The currency to show: the one asked for, else the only one the usage has (None when there is no usage)."""
+    if asked:
+        return asked.upper()
+    if len(found) > 1:
+        whose = f"{scope.kind.value} {scope.name}" if scope.name else "all tenants"
+        choices = " or ".join(f"currency={currency}" for currency in sorted(found))
+        raise ValidationError(
+            {
+                "currency": [
+                    f"The usage of {whose} in this period is priced in {', '.join(sorted(found))}; "
+                    f"add {choices} to see one currency at a time."
+                ]
+            }
+        )
+    return next(iter(found), None)
+
+
+def _amount(cost: Decimal, currency: str | None) -> Decimal:
+    # Without usage there is no currency; the zero is shown with cents, as most currencies have them.
+    return amount_due(amount=cost, currency=currency or "")
+
+
+@dataclass(frozen=True)
+class DaySpend:
+    day: date
+    amount: Decimal
+    gpu_seconds: int
+
+
+@dataclass(frozen=True)
+class ProjectSpend:
+    project: str  # tenant/project
+    amount: Decimal
+    gpu_seconds: int
+
+
+@dataclass(frozen=True)
+class DailySpend:
+    scope: SpendScope
+    start: date
+    end: date
+    currency: str | None
+    total: Decimal
+    gpu_seconds: int
+    days: list[DaySpend]  # every day of the period, zeros included
+    projects: list[ProjectSpend] | None  # for a tenant (or every tenant), most spent first
+
+
+def spend_daily(*, scope: SpendScope, start: date, end: date, currency: str | None = None) -> DailySpend:
+    """Spend per day of [start, end], and per project for a tenant: two queries, whatever the period's length.
+
+    The total is the period's exact cost rounded once, so it may differ by a cent from the sum of the rounded days.
+    """
+    shares = scope.shares(start=start, end=end)
+    per_day = list(
+        shares.values("day", "currency").annotate(cost=Sum("cost"), seconds=Sum("gpu_seconds")).order_by("day")
+    )
+    chosen = _currency_chosen(found={row["currency"] for row in per_day}, asked=currency, scope=scope)
+    per_day = [row for row in per_day if row["currency"] == chosen]
+    by_day = {row["day"]: row for row in per_day}
+    days = []
+    for offset in range((end - start).days + 1):
+        day = start + timedelta(days=offset)
+        row = by_day.get(day)
+        cost, seconds = (row["cost"], row["seconds"]) if row else (Decimal(0), 0)
+        days.append(DaySpend(day=day, amount=_amount(cost, chosen), gpu_seconds=seconds))
+    projects = None
+    if scope.kind is not SpendScopeKind.PROJECT:
+        rows = (
+            shares.filter(currency=chosen or "")
+            .values("project__tenant__slug", "project__slug")
+            .annotate(cost=Sum("cost"), seconds=Sum("gpu_seconds"))
+            .order_by("-cost", "project__tenant__slug", "project__slug")
+        )
+        projects = [
+            ProjectSpend(
+                project=f"{row['project__tenant__slug']}/{row['project__slug']}",
+                amount=_amount(row["cost"], chosen),
+                gpu_seconds=row["seconds"],
+            )
+            for row in rows
+        ]
+    return DailySpend(
+        scope=scope,
+        start=start,
+        end=end,
+        currency=chosen,
+        total=_amount(sum((row["cost"] for row in per_day), Decimal(0)), chosen),
+        gpu_seconds=sum(row["seconds"] for row in per_day),
+        days=days,
+        projects=projects,
+    )
+
+
+class SpendTopBy(enum.Enum):
+    PROJECT = "project"
+    USER = "user"
+
+
+@dataclass(frozen=True)
+class TopSpender:
+    name: str  # tenant/project, or a username (a portal user's, else the POSIX user of an external job)
+    portal_user: bool  # by user: False for an external job's POSIX user that no portal account maps to
+    amount: Decimal
+    gpu_seconds: int
+    jobs: int
+
+
+@dataclass(frozen=True)
+class TopSpend:
+    scope: SpendScope
+    start: date
+    end: date
+    by: SpendTopBy
+    currency: str | None
+    spenders: list[TopSpender]
+
+
+def spend_top(
+    *, scope: SpendScope, start: date, end: date, by: SpendTopBy, limit: int, currency: str | None = None
+) -> TopSpend:
+    """The projects or users that spent most in [start, end], most first: two queries."""
+    shares = scope.shares(start=start, end=end)
+    found = set(shares.values_list("currency", flat=True).distinct().order_by())
+    chosen = _currency_chosen(found=found, asked=currency, scope=scope)
+    shares = shares.filter(currency=chosen or "")
+    totals = {"cost": Sum("cost"), "seconds": Sum("gpu_seconds"), "jobs": Count("usage_record", distinct=True)}
+    spenders: list[TopSpender] = []
+    if by is SpendTopBy.PROJECT:
+        for project_row in (
+            shares.values("project__tenant__slug", "project__slug")
+            .annotate(**totals)
+            .order_by("-cost", "project__tenant__slug", "project__slug")[:limit]
+        ):
+            name = f"{project_row['project__tenant__slug']}/{project_row['project__slug']}"
+            spenders.append(_spender(name=name, portal_user=False, row=project_row, currency=chosen))
+        return TopSpend(scope=scope, start=start, end=end, by=by, currency=chosen, spenders=spenders)
+    # Usage without a portal user (external jobs) is grouped by the POSIX user it ran as.
+    posix_user = Case(When(user__isnull=True, then=F("cluster_username")), default=Value(""), output_field=CharField())
+    for row in (
+        shares.annotate(posix_user=posix_user)
+        .values("user_id", "user__username", "posix_user")
+        .annotate(**totals)
+        .order_by("-cost", "user__username", "posix_user")[:limit]
+    ):
+        name = row["user__username"] or row["posix_user"]
+        spenders.append(_spender(name=name, portal_user=row["user_id"] is not None, row=row, currency=chosen))
+    return TopSpend(scope=scope, start=start, end=end, by=by, currency=chosen, spenders=spenders)
+
+
+def _spender(*, name: str, portal_user: bool, row: Mapping[str, Any], currency: str | None) -> TopSpender:
+    return TopSpender(
+        name=name,
+        portal_user=portal_user,
+        amount=_amount(row["cost"], currency),
+        gpu_seconds=row["seconds"],
+        jobs=row["jobs"],
+    )
