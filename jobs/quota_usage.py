@@ -173,12 +173,14 @@ def _charge_ended(*, cluster: Cluster, client: SlurmClient, now: datetime) -> _C
         if record is None:
             awaiting.append(job)
             continue
+        if not job.gpu_type and record.gpu_type:
+            # A job that asked for any type ran on some type: that type's allocation and price apply. Set before
+            # the charge, which billing prices as soon as it is committed.
+            Job.objects.filter(pk=job.pk, gpu_type="").update(gpu_type=record.gpu_type)
+            job.gpu_type = record.gpu_type
         note = f"Slurm job {record.job_id}: {record.elapsed_seconds} s x {record.gpus_allocated} GPUs"
         if quota_charge(job=job, gpu_seconds=record.gpu_seconds, now=now, note=note):
             charged += 1
-            if not job.gpu_type and record.gpu_type:
-                # A job that asked for any type ran on some type, and that type's price applies (billing).
-                Job.objects.filter(pk=job.pk, gpu_type="").update(gpu_type=record.gpu_type)
     overdue = [job for job in awaiting if job.ended_at is not None and now - job.ended_at > ACCOUNTING_LAG_WARNING]
     if overdue:
         oldest = overdue[0]
