@@ -56,3 +56,4 @@ bench: cluster database
 	$(PY) bench/job_submission.py
 	$(PY) bench/job_sync.py
 	$(PY) bench/log_latency.py
+	$(PY) bench/invoice.py

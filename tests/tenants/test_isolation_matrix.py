@@ -344,6 +344,17 @@ MATRIX: dict[str, dict[str, Case]] = {
     "api/v1/invoices/<int:invoice_id>/finalise/": {
         "POST": Case(only(200, ("staff",), denied=404) | {"tenant_admin": 403})
     },
+    # An estimate only reads: anyone who sees the project may ask.
+    "api/v1/estimates/": {
+        "POST": Case(
+            only(200, PROJECT_VIEWERS),
+            body=lambda w: {"project": f"{TENANT_SLUG}/{PROJECT_SLUG}", "cluster": "matrixcluster"},
+        )
+    },
+    "api/v1/spend/daily/": {
+        "GET": Case(everyone(400)),  # a scope is required; the scoped cases are below
+    },
+    "api/v1/spend/top/": {"GET": Case(everyone(403) | {"staff": 200})},  # across all tenants: portal admins
     "billing/invoices/<int:invoice_id>/print/": {
         "GET": Case(only(200, TENANT_ADMINS, denied=404) | {"anonymous": 302})
     },
@@ -463,7 +474,7 @@ def test_route_answers_each_role_as_the_matrix_says(world: World, route: str, me
             answers[role] = response.status_code
             if method != "GET" and response.status_code >= 400:
                 assert database_fingerprint() == before, f"{role}: a denied {method} {url} changed the database"
-            if method != "GET" and response.status_code < 300 and "notifications/" not in route:
+            if method != "GET" and response.status_code < 300 and not re.search("notifications/|estimates/", route):
                 assert AuditEvent.objects.count() > events_before, f"{role}: {method} {url} left no audit event"
             _check_no_leak(world, role, route, method, response, case)
             transaction.set_rollback(True)
