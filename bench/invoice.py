@@ -27,7 +27,6 @@ from billing.rates import rate_create
 from jobs.models import Cluster
 from quotas.models import period_start
 from tenants import services
-from tenants.models import Project
 
 TENANTS, PROJECTS_PER_TENANT = 20, 10
 
@@ -77,7 +76,8 @@ SELECT n,
        CASE WHEN n %% 2 = 0 THEN 'h100' ELSE 'a100' END AS gpu_type,
        1 + n %% 4 AS gpus,
        60 + n %% 3600 AS seconds,
-       %(month_start)s::timestamptz + make_interval(days => (n %% %(days)s)::int, secs => (n * 7) %% 80000) AS started_at
+       %(month_start)s::timestamptz
+           + make_interval(days => (n %% %(days)s)::int, secs => (n * 7) %% 80000) AS started_at
 FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS n;
 
 INSERT INTO jobs_job (id, project_id, cluster_id, user_id, cluster_username, is_external, name, partition,
@@ -165,7 +165,10 @@ def main() -> None:
     cluster, projects, _ = world_create(month)
     stack.redis_flush()  # the project syncs the services queued: no worker runs here, and none is wanted
 
-    print(f"  {'records':>10} {'insert s':>9} {'build s':>8} {'queries':>8} {'invoices':>9} {'lines':>6} {'total EUR':>14}")
+    print(
+        f"  {'records':>10} {'insert s':>9} {'build s':>8} {'queries':>8} {'invoices':>9} {'lines':>6}"
+        f" {'total EUR':>14}"
+    )
     done = 0
     for step in steps:
         inserted = records_add(cluster=cluster, projects=projects, month=month, first=done, last=step - 1)

@@ -13,6 +13,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 
 from billing import rates as rate_services
+from billing import reconciliation_admin  # noqa: F401  # registers the reconciliation reports' admin
 from billing.invoices import invoice_finalise
 from billing.models import Invoice, InvoiceLine, InvoiceState, Rate, UsageRecord, UsageShare
 from portal.errors import Conflict

@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -65,6 +65,7 @@ def _valid_from(value: date | datetime) -> datetime:
     return period_start(value)
 
 
+@extend_schema_field(OpenApiTypes.DATETIME)
 class DateOrDateTimeField(serializers.Field[datetime, Any, Any, Any]):
     default_error_messages = {"invalid": "Give a date (2026-12-01, meaning midnight UTC) or an ISO 8601 date-time."}
 
@@ -350,9 +351,23 @@ def invoice_csv(invoice: Invoice, lines: list[InvoiceLine]) -> str:
         )
     total_hours = gpu_seconds_to_hours(invoice.gpu_seconds)
     writer.writerow(
-        [label, invoice.tenant.slug, f"{invoice.month:%Y-%m}", invoice.state, "TOTAL", "", "", "", "",
-         invoice.gpu_seconds, total_hours, "", invoice.currency, invoice.total]
-    )  # fmt: skip
+        [
+            label,
+            invoice.tenant.slug,
+            f"{invoice.month:%Y-%m}",
+            invoice.state,
+            "TOTAL",
+            "",
+            "",
+            "",
+            "",
+            invoice.gpu_seconds,
+            total_hours,
+            "",
+            invoice.currency,
+            invoice.total,
+        ]
+    )
     return out.getvalue()
 
 

@@ -6,7 +6,7 @@ import logging
 
 from celery import shared_task
 
-from billing import invoices, usage
+from billing import invoices, reconciliation, usage
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +30,4 @@ def invoices_finalise_due() -> None:
 @shared_task(ignore_result=True, soft_time_limit=540, time_limit=600)
 def reconciliation_report_run(report_id: int) -> None:
     """Compare the portal's usage of the report's cluster and period with Slurm's accounting."""
-    from billing import reconciliation  # it enqueues this task: imported here to keep the imports acyclic
-
     reconciliation.reconciliation_report_run(report_id=report_id)

@@ -169,8 +169,8 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU portal API",
     "DESCRIPTION": (
-        "Tenants, projects, members, tokens, the audit log, clusters, jobs, their logs and templates of the "
-        "GPU cluster portal. "
+        "Tenants, projects, members, tokens, the audit log, clusters, jobs, their logs and templates, GPU-hour "
+        "quotas, prices, invoices, estimates, spend and reconciliation of the GPU cluster portal. "
         "Authenticate with a session (browser) or `Authorization: Bearer <token>`. "
         "Every error has the shape `{code, message, fields}`."
     ),
@@ -185,6 +185,9 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "jobs.models.JobState",
         "SlurmAccountStateEnum": "jobs.models.ProjectSlurmAccount.State",
+        "QuotaRequestStateEnum": "quotas.models.QuotaRequestState",
+        "InvoiceStateEnum": "billing.models.InvoiceState",
+        "ReconciliationStateEnum": "billing.models.ReconciliationState",
     },
 }
 

@@ -1,4 +1,4 @@
-"""Fixtures for billing tests: the live-cluster project of the job tests (alice member, bob manager, 1,000 GPU-hours)."""
+"""Fixtures for billing tests: the live-cluster project of the job tests (alice, bob, 1,000 GPU-hours)."""
 
 from __future__ import annotations
 

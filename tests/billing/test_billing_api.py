@@ -39,9 +39,13 @@ def billed() -> dict[str, Any]:
     add_project_member(vision, manager, "manager")
     month = previous_month(timezone.now().date().replace(day=1))
     rate = rate_create(
-        actor=None, cluster=cluster, gpu_type="h100", price_per_gpu_hour=Decimal("2.5"), currency="EUR",
+        actor=None,
+        cluster=cluster,
+        gpu_type="h100",
+        price_per_gpu_hour=Decimal("2.5"),
+        currency="EUR",
         valid_from=at(month),
-    )  # fmt: skip
+    )
     charged_job(vision, cluster, start=at(month.replace(day=2), 9), end=at(month.replace(day=2), 10), gpus=2)
     charged_job(vision, cluster, start=at(month.replace(day=3), 9), end=at(month.replace(day=3), 9, 30), gpus=1)
     charged_job(nlp, cluster, start=at(month.replace(day=4), 9), end=at(month.replace(day=4), 9, 12), gpus=4)
@@ -66,12 +70,17 @@ def test_a_tenant_admin_reads_their_invoice_with_its_lines(billed: dict[str, Any
     assert response.status_code == 200, response.json()
     body = response.json()
     assert (body["state"], body["currency"], body["month"], body["total"]) == (
-        "draft", "EUR", f"{billed['month']:%Y-%m}", "8.25"
-    )  # fmt: skip
-    assert [(line["project"].split("/")[1], line["gpu_hours"], line["jobs"], line["amount"]) for line in body["lines"]] == [
+        "draft",
+        "EUR",
+        f"{billed['month']:%Y-%m}",
+        "8.25",
+    )
+    assert [
+        (line["project"].split("/")[1], line["gpu_hours"], line["jobs"], line["amount"]) for line in body["lines"]
+    ] == [
         ("nlp", "0.80", 1, "2.00"),
         ("vision", "2.50", 2, "6.25"),
-    ]  # fmt: skip
+    ]
     listed = _api(billed["acme_admin"]).get("/api/v1/invoices/").json()
     assert [row["id"] for row in listed["results"]] == [invoice.pk]
 
@@ -84,7 +93,8 @@ def test_nobody_but_the_tenants_admins_reads_its_invoice(billed: dict[str, Any],
         response = api.get(path)
         assert response.status_code == 404
         assert response.json()["code"] == "not_found"
-        assert "8.25" not in response.content.decode() and invoice.tenant.slug not in response.content.decode()
+        assert "8.25" not in response.content.decode()
+        assert invoice.tenant.slug not in response.content.decode()
     # The same answer as for an invoice that does not exist.
     missing = api.get("/api/v1/invoices/999999/").json()
     assert (
@@ -100,11 +110,13 @@ def test_the_csv_export_has_every_line_and_the_total(billed: dict[str, Any]) -> 
     assert response.status_code == 200
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     rows = list(csv.DictReader(io.StringIO(response.content.decode())))
-    assert [(row["project"], row["gpu_type"], row["gpu_seconds"], row["price_per_gpu_hour"], row["amount"]) for row in rows] == [
+    assert [
+        (row["project"], row["gpu_type"], row["gpu_seconds"], row["price_per_gpu_hour"], row["amount"]) for row in rows
+    ] == [
         (f"{invoice.tenant.slug}/nlp", "h100", "2880", "2.5000", "2.00"),
         (f"{invoice.tenant.slug}/vision", "h100", "9000", "2.5000", "6.25"),
         ("TOTAL", "", "11880", "", "8.25"),
-    ]  # fmt: skip
+    ]
 
 
 def test_finalising_is_for_portal_admins_and_freezes_the_invoice(billed: dict[str, Any]) -> None:
@@ -117,8 +129,10 @@ def test_finalising_is_for_portal_admins_and_freezes_the_invoice(billed: dict[st
     done = _api(billed["staff"]).post(f"/api/v1/invoices/{invoice.pk}/finalise/")
     assert done.status_code == 200, done.json()
     assert (done.json()["state"], done.json()["number"], done.json()["total"]) == (
-        "final", f"INV-{billed['month']:%Y%m}-{invoice.pk:06d}", "8.25"
-    )  # fmt: skip
+        "final",
+        f"INV-{billed['month']:%Y%m}-{invoice.pk:06d}",
+        "8.25",
+    )
     again = _api(billed["staff"]).post(f"/api/v1/invoices/{invoice.pk}/finalise/")
     assert (again.status_code, again.json()["code"]) == (409, "invoice_final")
     assert AuditEvent.objects.filter(action="invoice.finalise", target_id=str(invoice.pk)).count() == 1
@@ -144,8 +158,13 @@ def test_rates_are_read_by_everyone_and_set_by_portal_admins(billed: dict[str, A
     assert [(row["gpu_type"], row["price_per_gpu_hour"], row["currency"]) for row in listed["results"]] == [
         ("h100", "2.5000", "EUR")
     ]
-    body = {"cluster": "matrixcluster", "gpu_type": "h100", "price_per_gpu_hour": "3.1", "currency": "eur",
-            "valid_from": "2099-01-01"}  # fmt: skip
+    body = {
+        "cluster": "matrixcluster",
+        "gpu_type": "h100",
+        "price_per_gpu_hour": "3.1",
+        "currency": "eur",
+        "valid_from": "2099-01-01",
+    }
     refused = _api(billed["acme_admin"]).post("/api/v1/rates/", body, format="json")
     assert refused.status_code == 403
     assert Rate.objects.count() == 1
@@ -171,9 +190,15 @@ def test_a_rate_that_priced_usage_never_changes(billed: dict[str, Any]) -> None:
     before = billed["month"].replace(day=3).isoformat()
     overlap = api.post(
         "/api/v1/rates/",
-        {"cluster": "matrixcluster", "gpu_type": "h100", "price_per_gpu_hour": "1", "currency": "EUR", "valid_from": before},
+        {
+            "cluster": "matrixcluster",
+            "gpu_type": "h100",
+            "price_per_gpu_hour": "1",
+            "currency": "EUR",
+            "valid_from": before,
+        },
         format="json",
-    )  # fmt: skip
+    )
     assert (overlap.status_code, overlap.json()["code"]) == (409, "rate_overlaps_priced_usage")
     assert Rate.objects.count() == 1
 
@@ -182,9 +207,15 @@ def test_an_unused_rate_can_be_corrected_and_bad_input_says_how_to_fix_it(billed
     api = _api(billed["staff"])
     future = api.post(
         "/api/v1/rates/",
-        {"cluster": "matrixcluster", "gpu_type": "", "price_per_gpu_hour": "1.1", "currency": "EUR", "valid_from": "2099-02-01"},
+        {
+            "cluster": "matrixcluster",
+            "gpu_type": "",
+            "price_per_gpu_hour": "1.1",
+            "currency": "EUR",
+            "valid_from": "2099-02-01",
+        },
         format="json",
-    ).json()  # fmt: skip
+    ).json()
     fixed = api.patch(f"/api/v1/rates/{future['id']}/", {"price_per_gpu_hour": "1.2"}, format="json")
     assert (fixed.status_code, fixed.json()["price_per_gpu_hour"]) == (200, "1.2000")
 
@@ -196,8 +227,14 @@ def test_an_unused_rate_can_be_corrected_and_bad_input_says_how_to_fix_it(billed
         ({"price_per_gpu_hour": "-1"}, "price_per_gpu_hour", "greater than or equal to 0"),
     ]
     for change, field, words in cases:
-        body = {"cluster": "matrixcluster", "gpu_type": "h100", "price_per_gpu_hour": "2", "currency": "EUR",
-                "valid_from": "2099-03-01", **change}  # fmt: skip
+        body = {
+            "cluster": "matrixcluster",
+            "gpu_type": "h100",
+            "price_per_gpu_hour": "2",
+            "currency": "EUR",
+            "valid_from": "2099-03-01",
+            **change,
+        }
         response = api.post("/api/v1/rates/", body, format="json")
         assert response.status_code == 400, (change, response.json())
         assert response.json()["code"] == "invalid"
@@ -211,8 +248,11 @@ def test_the_printable_invoice_is_a_page_for_the_tenants_admins(billed: dict[str
     page = client.get(f"/billing/invoices/{invoice.pk}/print/")
     assert page.status_code == 200
     text = page.content.decode()
-    assert "Draft invoice" in text and "8.25 EUR" in text and "Download CSV" in text
-    assert f"{invoice.tenant.slug}/vision" in text and "6.25 EUR" in text
+    assert "Draft invoice" in text
+    assert "8.25 EUR" in text
+    assert "Download CSV" in text
+    assert f"{invoice.tenant.slug}/vision" in text
+    assert "6.25 EUR" in text
     client.force_login(billed["globex_admin"])
     denied = client.get(f"/billing/invoices/{invoice.pk}/print/")
     assert denied.status_code == 404

@@ -27,7 +27,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
-from billing.models import Invoice, InvoiceLine, Rate, UsageRecord
+from billing.models import Invoice, InvoiceLine, Rate, ReconciliationReport, UsageRecord
 from billing.rates import rate_create
 from billing.usage import usage_import
 from jobs.job_services import JobRequest, job_submit
@@ -77,6 +77,7 @@ class World:
     notification_id: str
     rate_id: str
     invoice_id: str
+    report_id: str
 
 
 @pytest.fixture
@@ -129,6 +130,11 @@ def world(db: None, tmp_path: Path) -> World:
     usage_import()
     return World(
         rate_id=str(rate.pk),
+        report_id=str(
+            ReconciliationReport.objects.create(
+                cluster=cluster, period_start=at(last_month), period_end=at(last_month, 1)
+            ).pk
+        ),
         invoice_id=str(Invoice.objects.get(tenant=tenant).pk),
         request_id=str(quota_request.pk),
         notification_id=str(notification.pk),
@@ -355,6 +361,16 @@ MATRIX: dict[str, dict[str, Case]] = {
         "GET": Case(everyone(400)),  # a scope is required; the scoped cases are below
     },
     "api/v1/spend/top/": {"GET": Case(everyone(403) | {"staff": 200})},  # across all tenants: portal admins
+    # Reconciliation compares every tenant's usage with Slurm: portal admins only. The POST's period ends before
+    # the world's usage, so the report (run by a worker) would find nothing of it; here it only gets queued.
+    "api/v1/reconciliation-reports/": {
+        "GET": Case(everyone(403) | {"staff": 200}),
+        "POST": Case(
+            everyone(403) | {"staff": 202},
+            body=lambda w: {"cluster": "matrixcluster", "start": "2026-01-01", "end": "2026-01-02"},
+        ),
+    },
+    "api/v1/reconciliation-reports/<int:report_id>/": {"GET": Case(everyone(403) | {"staff": 200})},
     "billing/invoices/<int:invoice_id>/print/": {
         "GET": Case(only(200, TENANT_ADMINS, denied=404) | {"anonymous": 302})
     },
@@ -413,6 +429,7 @@ def _url(route: str, world: World, **overrides: str) -> str:
         "notification_id": world.notification_id,
         "rate_id": world.rate_id,
         "invoice_id": world.invoice_id,
+        "report_id": world.report_id,
         "cluster": "matrixcluster",
         **overrides,
     }
@@ -450,6 +467,7 @@ def database_fingerprint() -> str:
         list(Invoice.objects.order_by("pk").values_list("pk", "state", "total", "number")),
         InvoiceLine.objects.count(),
         UsageRecord.objects.count(),
+        ReconciliationReport.objects.count(),
         AuditEvent.objects.count(),
     ]
     return hashlib.sha256(repr(rows).encode()).hexdigest()
