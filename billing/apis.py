@@ -101,11 +101,12 @@ class RateUpdateInput(serializers.Serializer[Any]):
     note = serializers.CharField(required=False, allow_blank=True, max_length=300)
 
 
-def _cluster_named(name: str) -> Cluster:
+def cluster_named(name: str) -> Cluster:
+    """The cluster of that name, or a 400 on the `cluster` field listing the names there are."""
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
         names = ", ".join(Cluster.objects.values_list("name", flat=True)) or "none yet"
-        raise serializers.ValidationError({"cluster": [f"There is no cluster '{name}'; choose: {names}."]})
+        raise serializers.ValidationError({"cluster": [f"There is no cluster '{name}'; choose one of: {names}."]})
     return cluster
 
 
@@ -139,7 +140,7 @@ class RateListApi(APIView):
         given = RateCreateInput(data=request.data)
         given.is_valid(raise_exception=True)
         data = given.validated_data
-        cluster = _cluster_named(data["cluster"])
+        cluster = cluster_named(data["cluster"])
         if data["gpu_type"] and not cluster.gpu_types.filter(name=data["gpu_type"]).exists():
             offered = ", ".join(cluster.gpu_types.values_list("name", flat=True)) or "none synced yet"
             raise serializers.ValidationError(

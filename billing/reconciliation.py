@@ -24,6 +24,7 @@ from django.utils import timezone
 from billing.models import ReconciliationKind, ReconciliationReport, ReconciliationState, UsageRecord
 from jobs.clusters import slurm_client_for
 from jobs.models import FINAL_JOB_STATES, Cluster, Job, ProjectSlurmAccount
+from jobs.quota_usage import is_accounting_record_of
 from jobs.slurm import SlurmClient, SlurmError
 from jobs.slurm.types import AccountingRecord
 from quotas.models import LedgerEntry, LedgerKind
@@ -286,16 +287,6 @@ def _accounting(
     return list(records.values())
 
 
-def _is_record_of(job: Job, record: AccountingRecord) -> bool:
-    """Slurm reuses ids after its state is reset, so the id alone could name another job: a portal job carries
-    its tag in the comment, an external job is known by its submit time (as the charges match them)."""
-    if record.job_id != job.slurm_job_id or record.account != job.project.slurm_account:
-        return False
-    if job.is_external:
-        return job.slurm_submit_time is not None and record.submit_time == job.slurm_submit_time
-    return record.comment == job.slurm_comment
-
-
 def _record_by_id(*, client: SlurmClient, job: Job) -> AccountingRecord | None:
     try:
         record = client.accounting_job(job_id=job.slurm_job_id or 0)
@@ -303,7 +294,7 @@ def _record_by_id(*, client: SlurmClient, job: Job) -> AccountingRecord | None:
         if exc.retryable:
             raise
         return None  # slurmdbd has no job of that id (22.05 says so with a refusal, "Nothing found")
-    if not record.state.is_finished or record.end_time is None or not _is_record_of(job, record):
+    if not record.state.is_finished or record.end_time is None or not is_accounting_record_of(job, record):
         return None
     return record
 
@@ -327,7 +318,7 @@ def _compare(*, cluster: Cluster, period_start: datetime, period_end: datetime, 
         .exclude(pk__in={job.pk for job in portal_jobs})
         .select_related("project")
     )
-    extra = [job for job in candidates if any(_is_record_of(job, record) for record in in_period)]
+    extra = [job for job in candidates if any(is_accounting_record_of(job, record) for record in in_period)]
     jobs = [*portal_jobs, *extra]
     records_by_id: dict[int, list[AccountingRecord]] = {}
     for record in records:
@@ -342,7 +333,10 @@ def _compare(*, cluster: Cluster, period_start: datetime, period_end: datetime, 
     matched: set[tuple[int, datetime | None]] = set()
     by_id_left = BY_ID_LOOKUPS_PER_REPORT
     for job in jobs:
-        own = next((found for found in records_by_id.get(job.slurm_job_id or 0, []) if _is_record_of(job, found)), None)
+        own = next(
+            (found for found in records_by_id.get(job.slurm_job_id or 0, []) if is_accounting_record_of(job, found)),
+            None,
+        )
         if own is None and job.slurm_job_id is not None and by_id_left:
             by_id_left -= 1
             own = _record_by_id(client=client, job=job)

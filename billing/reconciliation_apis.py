@@ -14,10 +14,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing import reconciliation
-from billing.apis import DateOrDateTimeField
+from billing.apis import DateOrDateTimeField, cluster_named
 from billing.models import ReconciliationKind, ReconciliationReport, ReconciliationState
 from billing.reconciliation import reconciliation_report_path
-from jobs.models import Cluster
 from portal.api_errors import ERRORS
 from portal.api_pagination import PagePagination
 
@@ -100,14 +99,6 @@ class ReconciliationReportCreateInput(serializers.Serializer[Any]):
     )
 
 
-def _cluster_named(name: str) -> Cluster:
-    cluster = Cluster.objects.filter(name=name).first()
-    if cluster is None:
-        names = ", ".join(Cluster.objects.values_list("name", flat=True)) or "none yet"
-        raise serializers.ValidationError({"cluster": [f"There is no cluster '{name}'; choose one of: {names}."]})
-    return cluster
-
-
 class ReconciliationReportListApi(APIView):
     pagination_class = PagePagination
 
@@ -149,7 +140,7 @@ class ReconciliationReportListApi(APIView):
         data = given.validated_data
         report = reconciliation.reconciliation_report_request(
             actor=request.user,
-            cluster=_cluster_named(data["cluster"]),
+            cluster=cluster_named(data["cluster"]),
             period_start=data["start"],
             period_end=data.get("end") or timezone.now(),
         )

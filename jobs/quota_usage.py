@@ -209,18 +209,18 @@ def _record_by_id(*, client: SlurmClient, job: Job, cluster: Cluster) -> Account
 
 
 def _record_of(job: Job, candidates: list[AccountingRecord]) -> AccountingRecord | None:
-    """The job's own record among those with its Slurm id: Slurm reuses ids after its state is reset, so the
-    id alone could name another job. A portal job carries its tag in the comment (which 22.05's accounting
-    holds once the job has ended); an external job is known by its submit time."""
-    for record in candidates:
-        if record.account != job.project.slurm_account:
-            continue
-        if job.is_external:
-            if job.slurm_submit_time is not None and record.submit_time == job.slurm_submit_time:
-                return record
-        elif record.comment == job.slurm_comment:
-            return record
-    return None
+    return next((record for record in candidates if is_accounting_record_of(job, record)), None)
+
+
+def is_accounting_record_of(job: Job, record: AccountingRecord) -> bool:
+    """Whether an accounting record is the job's own: Slurm reuses ids after its state is reset, so the id
+    alone could name another job. A portal job carries its tag in the comment (which 22.05's accounting holds
+    once the job has ended); an external job is known by its submit time."""
+    if record.job_id != job.slurm_job_id or record.account != job.project.slurm_account:
+        return False
+    if job.is_external:
+        return job.slurm_submit_time is not None and record.submit_time == job.slurm_submit_time
+    return record.comment == job.slurm_comment
 
 
 def _reserve_externals(*, cluster: Cluster, now: datetime) -> int:
