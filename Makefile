@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 DB_NAME ?= gpuportal
 
-.PHONY: demo test venv services cluster database migrate seed portal stop lint bench
+.PHONY: demo test venv services cluster database migrate seed portal stop lint bench browser
 
 demo: cluster database seed portal ## Everything, with demo data, on http://127.0.0.1:8000
 	@$(PY) manage.py shell -v 0 -c "from jobs.tasks import cluster_sync_all, slurm_reconcile_all; cluster_sync_all.delay(); slurm_reconcile_all.delay()"
@@ -14,11 +14,14 @@ demo: cluster database seed portal ## Everything, with demo data, on http://127.
 	@echo "          bob (member of acme/vision), carol (globex admin)"
 	@echo "  Stop everything with: make stop"
 
-test: lint cluster database ## The whole suite against the real local cluster, PostgreSQL and Redis
+test: lint cluster database browser ## The whole suite against the real local cluster, PostgreSQL and Redis
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 venv:
 	@bash scripts/bootstrap.sh
+
+browser: ## Debian's Chromium, for the browser journeys in the tests
+	@bash scripts/browser.sh
 
 services: ## PostgreSQL, Redis and MariaDB: installed and started if absent
 	@bash scripts/services.sh up

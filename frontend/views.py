@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import path
 from django.views.decorators.http import require_safe
 
 from billing.apis import invoice_data
@@ -65,3 +66,9 @@ def invoice_print(request: HttpRequest, invoice_id: int) -> HttpResponse:
     invoice = invoice_get_for_user(user=request.user, invoice_id=invoice_id)
     lines = list(invoice_lines(invoice=invoice).select_related("project__tenant"))
     return render(request, "frontend/invoice_print.html", {"invoice": invoice_data(invoice, lines=lines)})
+
+
+urlpatterns = [
+    path("", home, name="home"),
+    path("billing/invoices/<int:invoice_id>/print/", invoice_print, name="invoice-print"),
+]

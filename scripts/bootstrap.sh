@@ -36,3 +36,4 @@ if [[ ! -f "$stamp" ]]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+bash scripts/frontend.sh

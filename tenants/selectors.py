@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
+from dataclasses import dataclass
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -234,3 +235,29 @@ def audit_event_list_for_user(*, user: AnyUser, tenant: Tenant | None = None) ->
         return events.none()
     administered = TenantMembership.objects.filter(user=user, role=TenantRole.ADMIN).values("tenant")
     return events.filter(tenant__in=administered)
+
+
+# What the user may reach, for the browser's navigation --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UserReach:
+    """Which parts of the portal the user has a role for, so the navigation offers only what answers."""
+
+    is_portal_admin: bool
+    administers_a_tenant: bool
+    manages_a_project: bool
+
+    @property
+    def sees_spend(self) -> bool:
+        return self.is_portal_admin or self.administers_a_tenant or self.manages_a_project
+
+
+def user_reach(*, user: AnyUser) -> UserReach:
+    if not user.is_authenticated:
+        return UserReach(False, False, False)
+    return UserReach(
+        is_portal_admin=is_portal_admin(user),
+        administers_a_tenant=TenantMembership.objects.filter(user=user, role=TenantRole.ADMIN).exists(),
+        manages_a_project=ProjectMembership.objects.filter(user=user, role=ProjectRole.MANAGER).exists(),
+    )

@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -57,9 +58,19 @@ from tests.factories import (
     make_tenant,
     make_user,
 )
+from tests.frontend.page_matrix import PAGES
+from tests.isolation_rules import (
+    INSIDERS,
+    PROJECT_MANAGERS,
+    PROJECT_VIEWERS,
+    ROLES,
+    SUBMITTERS,
+    TENANT_ADMINS,
+    Case,
+    everyone,
+    only,
+)
 
-ROLES = ("anonymous", "outsider", "tenant_member", "viewer", "member", "manager", "tenant_admin", "staff")
-INSIDERS = ("tenant_member", "viewer", "member", "manager", "tenant_admin", "staff")
 TENANT_SLUG, PROJECT_SLUG = "matrixco", "matrixproj"
 
 
@@ -151,35 +162,7 @@ def world(db: None, tmp_path: Path) -> World:
 
 # The matrix ---------------------------------------------------------------------------------------------
 
-Expected = dict[str, int]
-
-
-def only(allowed: int, roles: tuple[str, ...], denied: int = 403, outsider: int = 404) -> Expected:
-    """`allowed` for `roles`, 401 for anonymous, 404 for the outsider, `denied` for every other insider."""
-    statuses = {role: denied for role in INSIDERS}
-    statuses.update({role: allowed for role in roles})
-    return {"anonymous": 401, "outsider": outsider, **statuses}
-
-
-def everyone(status: int, anonymous: int = 401) -> Expected:
-    return {role: status for role in ROLES} | {"anonymous": anonymous}
-
-
-TENANT_ADMINS = ("tenant_admin", "staff")
-PROJECT_VIEWERS = ("viewer", "member", "manager", "tenant_admin", "staff")
-PROJECT_MANAGERS = ("manager", "tenant_admin", "staff")
-# Submitting needs a project role with a Slurm association (or portal admin), and a username on the cluster.
-SUBMITTERS = ("member", "manager", "staff")
 ALLOWED_ON_CLUSTER = {"member": 200, "manager": 200, "staff": 200}
-
-
-@dataclass(frozen=True)
-class Case:
-    expected: Expected
-    body: Callable[[World], dict[str, Any]] | None = None
-    # Roles that must get an empty list (a list that shows nothing of the tenant).
-    leak_free_for: tuple[str, ...] = ("outsider",)
-
 
 # route pattern -> method -> case. Every non-admin route must be here.
 MATRIX: dict[str, dict[str, Case]] = {
@@ -377,6 +360,10 @@ MATRIX: dict[str, dict[str, Case]] = {
 }
 
 # route -> role -> whether the handshake is accepted.
+# The browser pages' entries live with the pages (tests/frontend/page_matrix.py).
+assert not MATRIX.keys() & PAGES.keys(), "a page is in both matrices"
+MATRIX.update(PAGES)
+
 WEBSOCKET_MATRIX: dict[str, dict[str, bool]] = {
     "ws/clusters/": {role: role != "anonymous" for role in ROLES},
     "ws/projects/<str:tenant>/<str:project>/jobs/": {role: role in PROJECT_VIEWERS for role in ROLES},
@@ -443,9 +430,14 @@ def _client(world: World, role: str) -> Client:
     return client
 
 
-def _request(client: Client, method: str, url: str, body: dict[str, Any] | None) -> Any:
+def _request(client: Client, method: str, url: str, body: dict[str, Any] | None, *, form: bool = False) -> Any:
+    if form:
+        return client.generic(method, url, data=urlencode(body or {}, doseq=True), content_type=FORM)
     data = json.dumps(body) if body is not None else None
     return client.generic(method, url, data=data or "", content_type="application/json")
+
+
+FORM = "application/x-www-form-urlencoded"
 
 
 def database_fingerprint() -> str:
@@ -488,7 +480,7 @@ def test_route_answers_each_role_as_the_matrix_says(world: World, route: str, me
             events_before = AuditEvent.objects.count()
             url = _url(route, world)
             body = case.body(world) if case.body else None
-            response = _request(_client(world, role), method, url, body)
+            response = _request(_client(world, role), method, url, body, form=case.form)
             answers[role] = response.status_code
             if method != "GET" and response.status_code >= 400:
                 assert database_fingerprint() == before, f"{role}: a denied {method} {url} changed the database"
@@ -514,6 +506,7 @@ def _check_no_leak(world: World, role: str, route: str, method: str, response: A
             method,
             _url(route, world, tenant="ghosttenant", project="ghostproject"),
             case.body(world) if case.body else None,
+            form=case.form,
         )
         assert ghost.status_code == 404
         normalised = body.replace(TENANT_SLUG, "ghosttenant").replace(PROJECT_SLUG, "ghostproject")
@@ -524,6 +517,7 @@ def _check_no_leak(world: World, role: str, route: str, method: str, response: A
             method,
             _url(route, world, allocation_id="999999"),
             case.body(world) if case.body else None,
+            form=case.form,
         )
         assert ghost.status_code == 404
         normalised = re.sub(rf"\b{world.allocation_id}\b", "999999", body)

@@ -1,0 +1,205 @@
+"""The real stack for browser journeys: the portal's ASGI server (uvicorn) and Celery beat as processes on the
+test database, the session's Celery worker, and Debian's Chromium driven by Playwright.
+
+Browser tests must be transactional (`django_db(transaction=True)`): the server only sees committed rows.
+Screenshots go to test-artifacts/screenshots/<test name>/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-sync",
+]
+# Phone, tablet and desktop viewports the pages are checked at.
+VIEWPORTS = {
+    "phone": {"width": 390, "height": 844},
+    "tablet": {"width": 820, "height": 1180},
+    "desktop": {"width": 1366, "height": 900},
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _test_environment() -> dict[str, str]:
+    database = connection.settings_dict
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
+        "PORTAL_DEBUG": "false",
+    }
+
+
+@pytest.fixture(scope="session")
+def live_portal(
+    django_db_setup: None, django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The portal's ASGI server on a free port, serving the test database; yields its base URL."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("uvicorn") / "web.log"
+    command = [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
+    with log.open("w") as output:
+        server = subprocess.Popen(
+            [*command, "--no-access-log"], env=_test_environment(), stdout=output, stderr=subprocess.STDOUT
+        )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base_url}/login/", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the portal's ASGI server did not start; its log:\n{log.read_text()}")
+            time.sleep(0.2)
+        yield base_url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.fixture
+def celery_beat(celery_worker: str, tmp_path: Path) -> Iterator[None]:
+    """Celery beat for one test: the periodic cluster sync, charges and usage import run as in production.
+
+    Function-scoped, so it stops before the test's tables are emptied (and before quiet_celery_worker waits)."""
+    log = tmp_path / "beat.log"
+    command = [sys.executable, "-m", "celery", "-A", "portal", "beat", "--loglevel=INFO"]
+    command += ["--schedule", str(tmp_path / "celerybeat-schedule")]
+    with log.open("w") as output:
+        beat = subprocess.Popen(command, env=_test_environment(), stdout=output, stderr=subprocess.STDOUT)
+    try:
+        yield
+    finally:
+        beat.terminate()
+        beat.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium under Playwright, headless. Skips cleanly where scripts/browser.sh has not run."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed; `make browser` installs it")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the tests' ORM calls are still synchronous.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    playwright = sync_playwright().start()
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    try:
+        yield browser
+    finally:
+        browser.close()
+        playwright.stop()
+        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+
+
+@dataclass
+class PageWatch:
+    """What went wrong on a page while the test used it: CSP violations, script errors, failed responses."""
+
+    csp_violations: list[str] = field(default_factory=list)
+    script_errors: list[str] = field(default_factory=list)
+    server_errors: list[str] = field(default_factory=list)
+
+    def problems(self) -> list[str]:
+        return self.csp_violations + self.script_errors + self.server_errors
+
+
+@dataclass
+class Screenshots:
+    folder: Path
+    count: int = 0
+
+    def __call__(self, page: Any, name: str, *, full_page: bool = True) -> Path:
+        self.count += 1
+        path = self.folder / f"{self.count:02d}-{name}.png"
+        page.screenshot(path=str(path), full_page=full_page)
+        return path
+
+
+@pytest.fixture
+def screenshot(request: pytest.FixtureRequest) -> Screenshots:
+    """`screenshot(page, "name")` saves a numbered full-page PNG under test-artifacts/screenshots/<test>/."""
+    folder = ARTIFACTS / re.sub(r"[^\w.-]+", "_", request.node.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.png"):
+        old.unlink()
+    return Screenshots(folder)
+
+
+def session_cookie_for(user: Any) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+@pytest.fixture
+def open_page(chromium: Any, live_portal: str) -> Iterator[Callable[..., Any]]:
+    """`open_page(user=None, viewport="desktop")`: a new browser context (signed in as `user` if given) and
+    its page, with base_url set. At the end, the page must have had no CSP violation, no uncaught script
+    error and no 5xx response."""
+    opened: list[tuple[Any, PageWatch]] = []
+
+    def opener(user: Any = None, viewport: str = "desktop") -> Any:
+        context = chromium.new_context(base_url=live_portal, viewport=VIEWPORTS[viewport], accept_downloads=True)
+        if user is not None:
+            context.add_cookies(
+                [{"name": settings.SESSION_COOKIE_NAME, "value": session_cookie_for(user), "url": live_portal}]
+            )
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        watch = PageWatch()
+        page.on(
+            "console",
+            lambda message: (
+                watch.csp_violations.append(message.text) if "Content Security Policy" in message.text else None
+            ),
+        )
+        page.on("pageerror", lambda error: watch.script_errors.append(str(error)))
+        page.on(
+            "response",
+            lambda response: (
+                watch.server_errors.append(f"{response.status} {response.url}") if response.status >= 500 else None
+            ),
+        )
+        opened.append((context, watch))
+        page.watch = watch  # type: ignore[attr-defined]
+        return page
+
+    yield opener
+    problems = [problem for _, watch in opened for problem in watch.problems()]
+    for context, _ in opened:
+        context.close()
+    assert problems == [], f"the pages had problems: {problems}"
