@@ -97,8 +97,14 @@ def celery_beat(celery_worker: str, tmp_path: Path) -> Iterator[None]:
     log = tmp_path / "beat.log"
     command = [sys.executable, "-m", "celery", "-A", "portal", "beat", "--loglevel=INFO"]
     command += ["--schedule", str(tmp_path / "celerybeat-schedule")]
+    # Shorter periods than in production, so a journey sees each step within seconds.
+    periods = {
+        "JOB_SYNC_INTERVAL_SECONDS": "2",
+        "CLUSTER_SYNC_INTERVAL_SECONDS": "10",
+        "BILLING_IMPORT_INTERVAL_SECONDS": "5",
+    }
     with log.open("w") as output:
-        beat = subprocess.Popen(command, env=_test_environment(), stdout=output, stderr=subprocess.STDOUT)
+        beat = subprocess.Popen(command, env=_test_environment() | periods, stdout=output, stderr=subprocess.STDOUT)
     try:
         yield
     finally:
