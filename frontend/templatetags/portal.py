@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django import template
 from django.utils import timezone
@@ -56,4 +56,4 @@ def utc(moment: datetime | None) -> str:
     """A moment as "2026-11-21 14:05 UTC" (the portal shows every time in UTC)."""
     if moment is None:
         return ""
-    return timezone.localtime(moment, timezone.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return timezone.localtime(moment, UTC).strftime("%Y-%m-%d %H:%M UTC")
