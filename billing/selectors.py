@@ -7,11 +7,12 @@ does not exist, whether or not they belong to the tenant.
 from __future__ import annotations
 
 from datetime import date
+from uuid import UUID
 
 from django.db.models import QuerySet
 from django.http import Http404
 
-from billing.models import Invoice, InvoiceLine, Rate
+from billing.models import Invoice, InvoiceLine, Rate, UsageRecord
 from tenants.models import TenantMembership, TenantRole
 from tenants.selectors import AnyUser, is_portal_admin
 
@@ -65,3 +66,8 @@ def invoice_lines(*, invoice: Invoice) -> QuerySet[InvoiceLine]:
     return invoice.lines.select_related("project", "cluster").order_by(
         "project__slug", "cluster__name", "gpu_type", "usage_month", "price_per_gpu_hour", "pk"
     )
+
+
+def usage_record_for_job(*, job_id: UUID) -> UsageRecord | None:
+    """The priced usage of a finished job (None until its charge is imported); the caller has checked access."""
+    return UsageRecord.objects.filter(job_id=job_id).first()

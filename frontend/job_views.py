@@ -1,7 +1,411 @@
-"""Browser pages: job (being built)."""
+"""Browser pages of the jobs area: submit (with a live cost estimate), the live list of jobs, and a job's page
+with its timeline, cancel button and live log viewer.
+
+Views parse input, call the jobs and billing selectors and services, and render. The rules (what a job may ask
+for, who may cancel it, what it costs) stay in those services."""
 
 from __future__ import annotations
 
-from django.urls import URLPattern
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+from uuid import UUID
 
-urlpatterns: list[URLPattern] = []
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import URLPattern, path, reverse
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
+
+from billing.estimates import Estimate, estimate_for_request, job_estimate
+from billing.selectors import usage_record_for_job
+from jobs.job_services import JobRequest, job_cancel, job_submit, job_template_resolve
+from jobs.models import ACTIVE_JOB_STATES, Cluster, Job, JobState
+from jobs.selectors import (
+    JobAction,
+    cluster_list_active,
+    cluster_list_for_user,
+    job_get_for_user,
+    job_list_filtered_for_user,
+    job_template_list_for_user,
+    project_list_submittable_for_user,
+)
+from jobs.templates import BUILTIN_TEMPLATES, BuiltinTemplate
+from portal.errors import Conflict
+from tenants.models import Project
+from tenants.selectors import ProjectAction, project_get_by_label_for_user, project_list_for_user
+
+JOBS_PER_PAGE = 25
+# Live updates of the list: one WebSocket per project shown, up to this many.
+MAX_WATCHED_PROJECTS = 30
+
+DEFAULT_SCRIPT = """#!/bin/bash
+# Runs in the job's own directory on the cluster; its output appears live on the job's page.
+echo "job ${SLURM_JOB_ID} on $(hostname) with GPUs ${CUDA_VISIBLE_DEVICES:-none}"
+if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -L; fi
+"""
+
+
+def _label(project: Project) -> str:
+    return f"{project.tenant.slug}/{project.slug}"
+
+
+# Submit ------------------------------------------------------------------------------------------------
+
+
+class JobForm(forms.Form):
+    """Parses the submit form's fields into types; what a job may ask for is `job_submit`'s to decide."""
+
+    project = forms.CharField(max_length=200, error_messages={"required": "Choose a project."})
+    cluster = forms.CharField(max_length=100, error_messages={"required": "Choose a cluster."})
+    template = forms.CharField(max_length=64, required=False)
+    partition = forms.CharField(max_length=64, required=False)
+    gpu_type = forms.CharField(max_length=64, required=False)
+    gpus = forms.IntegerField(required=False, min_value=-1000, max_value=100_000)
+    time_limit_minutes = forms.IntegerField(required=False, min_value=-1000, max_value=10_000_000)
+    name = forms.CharField(max_length=1000, required=False, strip=False)
+    script = forms.CharField(max_length=10_000_000, required=False, strip=False)
+    environment = forms.CharField(max_length=1_000_000, required=False, strip=False)
+
+    def clean_environment(self) -> dict[str, str]:
+        """One `NAME=value` per line; blank lines and lines starting with # are skipped."""
+        variables: dict[str, str] = {}
+        problems = []
+        for number, line in enumerate(self.cleaned_data["environment"].splitlines(), start=1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            key, equals, value = line.partition("=")
+            if not equals:
+                problems.append(f"Line {number}: write NAME=value.")
+                continue
+            variables[key.strip()] = value
+        if problems:
+            raise ValidationError(problems)
+        return variables
+
+    def job_request(self) -> JobRequest:
+        data = self.cleaned_data
+        return JobRequest(
+            cluster=data["cluster"],
+            partition=data["partition"] or None,
+            gpu_type=data["gpu_type"] or None,
+            gpus=data["gpus"],
+            time_limit_minutes=data["time_limit_minutes"],
+            name=data["name"] or None,
+            script=data["script"] or None,
+            environment=data["environment"],
+            template=data["template"] or None,
+        )
+
+
+@dataclass
+class SubmitChoices:
+    """What the submit form offers: projects the user may submit to, clusters, and the chosen ones."""
+
+    projects: list[Project]
+    clusters: list[Cluster]
+    project: Project | None
+    cluster: Cluster | None
+
+
+def _choices(request: HttpRequest, *, project_label: str, cluster_name: str) -> SubmitChoices:
+    projects = list(project_list_submittable_for_user(user=request.user))
+    clusters = list(cluster_list_for_user(user=request.user))
+    project = next((p for p in projects if _label(p) == project_label), projects[0] if projects else None)
+    cluster = next((c for c in clusters if c.name == cluster_name), clusters[0] if clusters else None)
+    return SubmitChoices(projects=projects, clusters=clusters, project=project, cluster=cluster)
+
+
+def _environment_text(environment: dict[str, str]) -> str:
+    return "\n".join(f"{key}={value}" for key, value in environment.items())
+
+
+def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
+    """The form's values on first display: the template's, else the cluster's defaults and a starter script."""
+    partitions = list(choices.cluster.partitions.all()) if choices.cluster else []
+    default = next((p for p in partitions if p.is_default), partitions[0] if partitions else None)
+    values: dict[str, Any] = {
+        "partition": default.name if default else "",
+        "gpu_type": "",
+        "gpus": 1,
+        "time_limit_minutes": (default.default_time_minutes if default else None) or 60,
+        "name": "",
+        "script": DEFAULT_SCRIPT,
+        "environment": "",
+        "template": "",
+    }
+    if template is not None:
+        values.update(
+            template=template.id if isinstance(template, BuiltinTemplate) else str(template.pk),
+            partition=template.partition or values["partition"],
+            gpu_type=template.gpu_type,
+            gpus=template.gpus,
+            time_limit_minutes=template.time_limit_minutes,
+            name=template.name,
+            script=template.script,
+            environment=_environment_text(dict(template.environment)),
+        )
+    return values
+
+
+def _templates(request: HttpRequest, project: Project | None) -> list[dict[str, str]]:
+    """The built-in templates, then the project's saved ones, as links that prefill the form."""
+    rows: list[dict[str, str]] = [
+        {"id": template.id, "name": template.name, "description": template.description, "kind": "Built-in"}
+        for template in BUILTIN_TEMPLATES.values()
+    ]
+    if project is not None:
+        rows += [
+            {"id": str(saved.pk), "name": saved.name, "description": saved.description, "kind": "Project"}
+            for saved in job_template_list_for_user(user=request.user, project=project)
+        ]
+    return rows
+
+
+def _render_submit(
+    request: HttpRequest,
+    *,
+    choices: SubmitChoices,
+    values: dict[str, Any],
+    errors: dict[str, list[str]] | None = None,
+    form_errors: list[str] | None = None,
+    template_missing: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    errors = dict(errors or {})
+    # Errors that concern no single field go to the top of the form, with the service's conflicts.
+    form_errors = [*(form_errors or []), *errors.pop("__all__", [])]
+    query = {
+        "project": _label(choices.project) if choices.project else "",
+        "cluster": choices.cluster.name if choices.cluster else "",
+    }
+    context = {
+        "choices": choices,
+        "project_label": query["project"],
+        "values": values,
+        "errors": errors,
+        "form_errors": form_errors,
+        "template_missing": template_missing,
+        "templates": _templates(request, choices.project),
+        "template_query": urlencode(query),
+        "partitions": list(choices.cluster.partitions.all()) if choices.cluster else [],
+        "gpu_types": list(choices.cluster.gpu_types.all()) if choices.cluster else [],
+    }
+    return render(request, "frontend/jobs/submit.html", context, status=status)
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@login_required
+def job_submit_page(request: HttpRequest) -> HttpResponse:
+    """GET: the form (`?project=&cluster=&template=` choose and prefill). POST: submit, then the job's page."""
+    if request.method == "POST":
+        return _submit(request)
+    choices = _choices(
+        request, project_label=request.GET.get("project", ""), cluster_name=request.GET.get("cluster", "")
+    )
+    template_id = request.GET.get("template", "")
+    template = (
+        job_template_resolve(project=choices.project, template_id=template_id)
+        if template_id and choices.project
+        else None
+    )
+    values = _initial_values(choices, template)
+    # htmx re-renders the shape fields when the cluster changes: keep what the user already wrote.
+    for field in ("name", "script", "environment", "template"):
+        if field in request.GET and not template_id:
+            values[field] = request.GET[field]
+    return _render_submit(
+        request,
+        choices=choices,
+        values=values,
+        template_missing=template_id if template_id and template is None else "",
+    )
+
+
+def _submit(request: HttpRequest) -> HttpResponse:
+    form = JobForm(request.POST)
+    choices = _choices(
+        request, project_label=request.POST.get("project", ""), cluster_name=request.POST.get("cluster", "")
+    )
+    values = {key: request.POST.get(key, "") for key in JobForm.base_fields}
+    if not form.is_valid():
+        errors = {field: [str(text) for text in texts] for field, texts in form.errors.items()}
+        return _render_submit(request, choices=choices, values=values, errors=errors)
+    try:
+        project = project_get_by_label_for_user(
+            user=request.user, label=form.cleaned_data["project"], action=ProjectAction.SUBMIT
+        )
+        job, _ = job_submit(user=request.user, project=project, request=form.job_request())  # type: ignore[arg-type]
+    except ValidationError as error:
+        return _render_submit(request, choices=choices, values=values, errors=_field_errors(error))
+    except Conflict as error:
+        return _render_submit(request, choices=choices, values=values, form_errors=[str(error)])
+    messages.success(request, f"Job “{job.name}” was accepted; a worker is handing it to {job.cluster.name}.")
+    return redirect("job-detail", job_id=job.pk)
+
+
+def _field_errors(error: ValidationError) -> dict[str, list[str]]:
+    if hasattr(error, "error_dict"):
+        return {field: list(texts) for field, texts in error.message_dict.items()}
+    return {"__all__": list(error.messages)}
+
+
+@require_POST
+@login_required
+def job_estimate_partial(request: HttpRequest) -> HttpResponse:
+    """The cost estimate and quota left for the form as it stands (htmx posts here as the form changes)."""
+    form = JobForm(request.POST)
+    form.is_valid()
+    data = form.cleaned_data
+    context: dict[str, Any] = {"estimate": None, "problems": []}
+    if not data.get("project") or not data.get("cluster"):
+        context["problems"] = ["Choose a project and a cluster to see what the job would cost."]
+        return render(request, "frontend/jobs/_estimate.html", context)
+    project = project_get_by_label_for_user(user=request.user, label=data["project"], action=ProjectAction.VIEW)
+    if form.errors:
+        context["problems"] = [text for texts in form.errors.values() for text in texts]
+        return render(request, "frontend/jobs/_estimate.html", context)
+    try:
+        estimate: Estimate = estimate_for_request(project=project, request=form.job_request())
+    except ValidationError as error:
+        context["problems"] = [text for texts in _field_errors(error).values() for text in texts]
+    else:
+        context["estimate"] = estimate
+    return render(request, "frontend/jobs/_estimate.html", context)
+
+
+# The list ------------------------------------------------------------------------------------------------
+
+
+@require_safe
+@login_required
+def job_list_page(request: HttpRequest) -> HttpResponse:
+    """The user's jobs, newest first, filtered and paginated; rows update live over WebSockets."""
+    visible_projects = list(project_list_for_user(user=request.user))
+    project_label = request.GET.get("project", "").strip()
+    project = (
+        project_get_by_label_for_user(user=request.user, label=project_label, action=ProjectAction.VIEW)
+        if project_label
+        else None
+    )
+    state = request.GET.get("state", "")
+    states: list[str] = []
+    if state == "active":
+        states = [str(value) for value in ACTIVE_JOB_STATES]
+    elif state in JobState.values:
+        states = [state]
+    else:
+        state = ""
+    cluster_name = request.GET.get("cluster", "").strip()
+    search = request.GET.get("search", "").strip()
+    jobs = job_list_filtered_for_user(
+        user=request.user, project=project, states=states, cluster_name=cluster_name, search=search
+    )
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    rows = list(page.object_list)
+    filters = {"project": project_label, "state": state, "cluster": cluster_name, "search": search}
+    filtered = any(filters.values())
+
+    # Watch the projects of the rows shown; on the first page also every project where new jobs may appear.
+    watched: dict[str, Project] = {}
+    for job in rows:
+        watched.setdefault(_label(job.project), job.project)
+    if page.number == 1:
+        for candidate in [project] if project else visible_projects:
+            watched.setdefault(_label(candidate), candidate)
+    known_active = (
+        [str(job_id) for job_id in jobs.filter(state__in=list(ACTIVE_JOB_STATES)).values_list("pk", flat=True)[:500]]
+        if page.number == 1
+        else []
+    )
+    live = {
+        "projects": [
+            f"/ws/projects/{item.tenant.slug}/{item.slug}/jobs/"
+            for item in list(watched.values())[:MAX_WATCHED_PROJECTS]
+        ],
+        "insert_new": page.number == 1,
+        "filters": {"project": project_label, "states": states, "cluster": cluster_name, "search": search},
+        "known": known_active,
+    }
+    context = {
+        "page": page,
+        "rows": rows,
+        "filters": filters,
+        "filtered": filtered,
+        "filter_query": urlencode({key: value for key, value in filters.items() if value}),
+        "projects": visible_projects,
+        "clusters": cluster_list_active(),
+        "states": JobState.choices,
+        "live": live,
+        "state_labels": dict(JobState.choices),
+    }
+    return render(request, "frontend/jobs/list.html", context)
+
+
+# One job -------------------------------------------------------------------------------------------------
+
+
+def _may_cancel(request: HttpRequest, job: Job) -> bool:
+    if job.is_external or job.is_final or job.cancel_requested_at is not None:
+        return False
+    try:
+        job_get_for_user(user=request.user, job_id=job.pk, action=JobAction.CANCEL)
+    except PermissionDenied:
+        return False
+    return True
+
+
+@require_safe
+@login_required
+def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
+    """A job: facts, timeline, cost, the cancel button where allowed, and its live log."""
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    usage = usage_record_for_job(job_id=job.pk) if job.is_final else None
+    context = {
+        "job": job,
+        "transitions": list(job.transitions.all()),
+        "estimate": job_estimate(job=job),
+        "usage": usage,
+        "may_cancel": _may_cancel(request, job),
+        "project_label": _label(job.project),
+        "log": {
+            "socket": f"/ws/jobs/{job.pk}/log/",
+            "state_socket": f"/ws/jobs/{job.pk}/",
+            "state": job.state,
+            "updated_at": job.updated_at.isoformat(),
+        },
+        "download": {
+            stream: reverse("api-job-log", args=[job.pk]) + f"?stream={stream}" for stream in ("stdout", "stderr")
+        },
+    }
+    return render(request, "frontend/jobs/detail.html", context)
+
+
+@require_POST
+@login_required
+def job_cancel_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
+    """Cancel the job (its owner, the project's managers, the tenant's admins), then back to its page."""
+    job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.CANCEL)
+    try:
+        cancelled = job_cancel(user=request.user, job=job)  # type: ignore[arg-type]
+    except Conflict as error:
+        messages.error(request, str(error))
+    else:
+        if cancelled.state == JobState.CANCELLED:
+            messages.success(request, "The job was cancelled before it reached Slurm.")
+        else:
+            messages.success(request, "Cancel requested: a worker is cancelling the job in Slurm.")
+    return redirect("job-detail", job_id=job.pk)
+
+
+urlpatterns: list[URLPattern] = [
+    path("jobs/", job_list_page, name="job-list"),
+    path("jobs/new/", job_submit_page, name="job-submit"),
+    path("jobs/new/estimates/", job_estimate_partial, name="job-estimate"),
+    path("jobs/<uuid:job_id>/", job_detail_page, name="job-detail"),
+    path("jobs/<uuid:job_id>/cancel/", job_cancel_page, name="job-cancel"),
+]

@@ -7,22 +7,28 @@ import uuid
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet
 from django.http import Http404
 
 from jobs.models import (
+    ACTIVE_JOB_STATES,
     Cluster,
     ClusterAccount,
+    ClusterUsageSample,
     GpuType,
     Job,
     JobTemplate,
     JobTransition,
+    Node,
     Partition,
     ProjectSlurmAccount,
     SlurmDriftReport,
 )
+from jobs.usage_samples import UNAVAILABLE_NODE_STATES
 from tenants.models import SUBMITTING_PROJECT_ROLES, Project, ProjectMembership, Tenant
 from tenants.selectors import AnyUser, ProjectAction, is_portal_admin, project_get_by_id_for_user, project_list_for_user
 
@@ -275,3 +281,208 @@ def job_template_get_for_user(*, user: AnyUser, template_id: str, change: bool =
                 "admins may change this template."
             ) from None
     return template
+
+
+# Browser pages: the jobs area (frontend/job_views.py) ------------------------------------------------------
+
+
+def project_list_submittable_for_user(*, user: AnyUser) -> QuerySet[Project]:
+    """Projects the user may submit jobs to: where they hold a submitting project role (every project for
+    portal admins), ordered by tenant and project slug."""
+    projects = project_list_for_user(user=user)
+    if is_portal_admin(user):
+        return projects
+    return projects.filter(
+        pk__in=ProjectMembership.objects.filter(user=user.pk, role__in=SUBMITTING_PROJECT_ROLES).values("project")
+    )
+
+
+def job_list_filtered_for_user(
+    *,
+    user: AnyUser,
+    project: Project | None = None,
+    states: Collection[str] = (),
+    cluster_name: str = "",
+    search: str = "",
+) -> QuerySet[Job]:
+    """`job_list_for_user` narrowed by the jobs page's filters: a project, states, a cluster, and a part of the
+    name (or a Slurm job id)."""
+    jobs = job_list_for_user(user=user)
+    if project is not None:
+        jobs = jobs.filter(project=project)
+    if states:
+        jobs = jobs.filter(state__in=list(states))
+    if cluster_name:
+        jobs = jobs.filter(cluster__name=cluster_name)
+    if search:
+        condition = Q(name__icontains=search)
+        if search.isdigit():
+            condition |= Q(slurm_job_id=int(search))
+        jobs = jobs.filter(condition)
+    return jobs
+
+
+# Cluster status pages: utilisation history, queue per partition, idle GPUs while jobs wait (dashboard) ---
+
+
+def cluster_usage_latest(*, cluster: Cluster) -> ClusterUsageSample | None:
+    """The cluster's most recent utilisation sample (None before its first sync)."""
+    return ClusterUsageSample.objects.filter(cluster=cluster).order_by("-at").first()
+
+
+@dataclass(frozen=True)
+class UsagePoint:
+    at: datetime
+    gpus_total: int
+    gpus_used: int
+
+
+def cluster_usage_series(
+    *, cluster: Cluster, since: datetime, until: datetime | None = None, max_points: int = 720
+) -> list[UsagePoint]:
+    """GPUs in use and in total from `since`, oldest first; thinned to at most `max_points` evenly spaced samples
+    (the 7-day chart would otherwise carry 10,080 points)."""
+    samples = ClusterUsageSample.objects.filter(cluster=cluster, at__gte=since)
+    if until is not None:
+        samples = samples.filter(at__lte=until)
+    rows = list(samples.order_by("at").values_list("at", "gpus_total", "gpus_used"))
+    step = max(1, -(-len(rows) // max_points))
+    thinned = rows[::step]
+    if rows and thinned[-1] is not rows[-1]:
+        thinned.append(rows[-1])  # always end on the latest figures
+    return [UsagePoint(at=at, gpus_total=total, gpus_used=used) for at, total, used in thinned]
+
+
+@dataclass(frozen=True)
+class PartitionQueue:
+    name: str
+    pending: int
+    running: int
+    pending_gpus: int
+    running_gpus: int
+    pending_reasons: dict[str, int]
+
+
+def cluster_queue_by_partition(*, cluster: Cluster, sample: ClusterUsageSample | None) -> list[PartitionQueue] | None:
+    """Pending and running jobs per partition from the sample (every synced partition listed, zeros included);
+    None when the sample's queue is unknown."""
+    if sample is None or sample.partitions is None:
+        return None
+    queue: dict[str, dict[str, Any]] = dict(sample.partitions)
+    names = sorted(set(cluster.partitions.values_list("name", flat=True)) | set(queue))
+    rows = []
+    for name in names:
+        entry = queue.get(name, {})
+        rows.append(
+            PartitionQueue(
+                name=name,
+                pending=int(entry.get("pending", 0)),
+                running=int(entry.get("running", 0)),
+                pending_gpus=int(entry.get("pending_gpus", 0)),
+                running_gpus=int(entry.get("running_gpus", 0)),
+                pending_reasons=dict(entry.get("pending_reasons", {})),
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class GpuTypeUsage:
+    name: str
+    total: int
+    used: int
+    idle: int  # free on nodes that take jobs
+    unavailable: int  # free but on drained or down nodes
+
+    @property
+    def percent_used(self) -> int:
+        return round(100 * self.used / self.total) if self.total else 0
+
+
+def cluster_gpu_type_usage(*, cluster: Cluster) -> list[GpuTypeUsage]:
+    """GPUs per type as of the last inventory sync: in use, idle, and free but on nodes that take no jobs."""
+    unavailable_states = [state.value for state in UNAVAILABLE_NODE_STATES]
+    figures: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for gpu_type, state, total, used in cluster.nodes.exclude(gpu_type="").values_list(
+        "gpu_type", "state", "gpus_total", "gpus_used"
+    ):
+        entry = figures[gpu_type]
+        entry[0] += total
+        entry[1] += used
+        entry[3 if state in unavailable_states else 2] += total - used
+    return [
+        GpuTypeUsage(name=name, total=total, used=used, idle=idle, unavailable=unavailable)
+        for name, (total, used, idle, unavailable) in sorted(figures.items())
+        if total
+    ]
+
+
+@dataclass(frozen=True)
+class IdleWhileWaiting:
+    """GPUs of one type (or of any type: `gpu_type` "") free in a partition while jobs there wait for GPUs."""
+
+    partition: str
+    gpu_type: str
+    idle_gpus: int
+    waiting_jobs: int
+    waiting_gpus: int
+    pending_reasons: dict[str, int]
+
+
+def cluster_idle_while_waiting(*, cluster: Cluster, sample: ClusterUsageSample | None) -> list[IdleWhileWaiting]:
+    """Where GPUs sit idle on nodes that take jobs while jobs wait in the same partition for that GPU type.
+
+    Nodes are as of the last inventory sync, the queue as of the sample; jobs asking for no particular type
+    count against every type in their partition."""
+    if sample is None or not sample.partitions:
+        return []
+    unavailable_states = [state.value for state in UNAVAILABLE_NODE_STATES]
+    idle: dict[tuple[str, str], int] = defaultdict(int)
+    for gpu_type, partitions, total, used in (
+        cluster.nodes.exclude(gpu_type="")
+        .exclude(state__in=unavailable_states)
+        .values_list("gpu_type", "partition_names", "gpus_total", "gpus_used")
+    ):
+        for partition in partitions:
+            idle[(partition, gpu_type)] += total - used
+    findings = []
+    for partition, entry in sorted(dict(sample.partitions).items()):
+        reasons = dict(entry.get("pending_reasons", {}))
+        for gpu_type, waiting in sorted(dict(entry.get("pending_by_gpu_type", {})).items()):
+            if not waiting.get("gpus"):
+                continue  # jobs asking for no GPU do not wait for one
+            if gpu_type:
+                free = idle.get((partition, gpu_type), 0)
+            else:
+                free = sum(count for (name, _), count in idle.items() if name == partition)
+            if free > 0:
+                findings.append(
+                    IdleWhileWaiting(
+                        partition=partition,
+                        gpu_type=gpu_type,
+                        idle_gpus=free,
+                        waiting_jobs=int(waiting["jobs"]),
+                        waiting_gpus=int(waiting["gpus"]),
+                        pending_reasons=reasons,
+                    )
+                )
+    return findings
+
+
+def job_list_own_for_user(*, user: AnyUser, active: bool) -> QuerySet[Job]:
+    """The jobs the user submitted (or that run as them), newest first: the active ones, or the ended ones."""
+    jobs = job_list_for_user(user=user).filter(user=user.pk)
+    if active:
+        return jobs.filter(state__in=list(ACTIVE_JOB_STATES))
+    return jobs.exclude(state__in=list(ACTIVE_JOB_STATES))
+
+
+def cluster_node_list(*, cluster: Cluster) -> QuerySet[Node]:
+    """The cluster's nodes as of the last inventory sync, by name."""
+    return Node.objects.filter(cluster=cluster).order_by("name")
+
+
+def cluster_node_state_counts(*, cluster: Cluster) -> dict[str, int]:
+    """How many nodes are in each state (idle, mixed, allocated, draining, drained, down, unknown)."""
+    rows = Node.objects.filter(cluster=cluster).values("state").annotate(count=Count("pk")).order_by("state")
+    return {row["state"]: row["count"] for row in rows}

@@ -1,0 +1,180 @@
+// Live job states without reloading. On the jobs list: one WebSocket per project shown
+// (/ws/projects/<tenant>/<project>/jobs/) updates each row's badge and times in place and, on the first page,
+// inserts jobs submitted since the page was drawn. On a job's page: /ws/jobs/<id>/ redraws the facts, the
+// timeline and the cancel button from the server (htmx) whenever the job changes.
+"use strict";
+
+(function () {
+  const labels = Portal.jsonFrom("job-state-labels") || {};
+  const FINAL = new Set(["completed", "failed", "cancelled", "timeout", "node_fail", "rejected"]);
+
+  function utc(iso) {
+    // "2026-11-21 14:05 UTC", as the server writes times.
+    const moment = new Date(iso);
+    if (Number.isNaN(moment.getTime())) return "";
+    const pad = (n) => String(n).padStart(2, "0");
+    return (
+      `${moment.getUTCFullYear()}-${pad(moment.getUTCMonth() + 1)}-${pad(moment.getUTCDate())} ` +
+      `${pad(moment.getUTCHours())}:${pad(moment.getUTCMinutes())} UTC`
+    );
+  }
+
+  function timeElement(iso) {
+    const element = document.createElement("time");
+    element.dateTime = iso;
+    element.textContent = utc(iso);
+    return element;
+  }
+
+  function setTime(cell, iso) {
+    if (!cell) return;
+    const current = cell.querySelector("time");
+    if (!iso) return; // a time once known does not go away
+    if (current && current.dateTime === iso) return;
+    cell.replaceChildren(timeElement(iso));
+  }
+
+  function setBadge(badge, state) {
+    badge.className = `badge badge-${state}`;
+    badge.textContent = labels[state] || state;
+  }
+
+  // The list ---------------------------------------------------------------------------------------------
+
+  function startList(config) {
+    const rows = document.getElementById("job-rows");
+    const status = document.getElementById("jobs-live-status");
+    const known = new Set(config.known);
+    const notice = document.getElementById("new-jobs");
+    let inserted = 0;
+    if (!rows) return;
+    for (const row of rows.querySelectorAll("tr[data-job-id]")) known.add(row.dataset.jobId);
+
+    function matchesFilters(job) {
+      const filters = config.filters;
+      if (filters.project && job.project !== filters.project) return false;
+      if (filters.states.length && !filters.states.includes(job.state)) return false;
+      if (filters.cluster && job.cluster !== filters.cluster) return false;
+      if (filters.search) {
+        const search = filters.search.toLowerCase();
+        const byId = /^\d+$/.test(filters.search) && String(job.slurm_job_id) === filters.search;
+        if (!byId && !job.name.toLowerCase().includes(search)) return false;
+      }
+      return true;
+    }
+
+    function cell(text) {
+      const element = document.createElement("td");
+      element.textContent = text;
+      return element;
+    }
+
+    function newRow(job) {
+      const row = document.createElement("tr");
+      row.dataset.jobId = job.id;
+      row.className = "job-new";
+      const name = document.createElement("th");
+      name.scope = "row";
+      const link = document.createElement("a");
+      link.href = `/jobs/${job.id}/`;
+      link.textContent = job.name;
+      name.append(link);
+      const state = document.createElement("td");
+      const badge = document.createElement("span");
+      badge.dataset.field = "state";
+      setBadge(badge, job.state);
+      state.append(badge);
+      const gpus = cell(`${job.gpus}${job.gpu_type ? ` × ${job.gpu_type}` : ""}`);
+      gpus.className = "number";
+      const submitted = cell("");
+      submitted.append(timeElement(job.updated_at));
+      const started = cell("—");
+      started.dataset.field = "started_at";
+      const ended = cell("—");
+      ended.dataset.field = "ended_at";
+      row.append(name, cell(job.project), cell(job.cluster), state, gpus, submitted, started, ended);
+      return row;
+    }
+
+    function update(job) {
+      const row = rows.querySelector(`tr[data-job-id="${job.id}"]`);
+      if (row) {
+        const badge = row.querySelector("[data-field='state']");
+        if (badge && badge.textContent !== (labels[job.state] || job.state)) setBadge(badge, job.state);
+        setTime(row.querySelector("[data-field='started_at']"), job.started_at);
+        setTime(row.querySelector("[data-field='ended_at']"), job.ended_at);
+        return;
+      }
+      // A job the page has not seen: new since the page was drawn (older active ones are in `known`).
+      if (!config.insert_new || known.has(job.id) || FINAL.has(job.state) || !matchesFilters(job)) return;
+      known.add(job.id);
+      rows.prepend(newRow(job));
+      inserted += 1;
+      document.getElementById("jobs-table").hidden = false;
+      const empty = document.getElementById("jobs-empty");
+      if (empty) empty.hidden = true;
+      if (notice) {
+        notice.hidden = false;
+        notice.textContent = inserted === 1 ? "1 new job appeared at the top." : `${inserted} new jobs appeared at the top.`;
+      }
+    }
+
+    if (!config.projects.length) {
+      status.dataset.state = "closed";
+      status.textContent = "No projects to watch.";
+      return;
+    }
+    for (const path of config.projects) {
+      Portal.socket(path, {
+        status,
+        onMessage(message) {
+          if (message.type === "job.update") update(message.job);
+        },
+      });
+    }
+  }
+
+  // One job ------------------------------------------------------------------------------------------------
+
+  function startJob(config) {
+    let refreshing = false;
+    let again = false;
+
+    function refresh() {
+      if (refreshing) {
+        again = true;
+        return;
+      }
+      refreshing = true;
+      htmx
+        .ajax("GET", window.location.pathname, { target: "#job-live", select: "#job-live", swap: "outerHTML" })
+        .finally(() => {
+          refreshing = false;
+          if (again) {
+            again = false;
+            refresh();
+          }
+        });
+    }
+
+    Portal.socket(config.state_socket, {
+      status: document.getElementById("job-live-status"),
+      onMessage(message) {
+        if (message.type !== "job.update") return;
+        const region = document.getElementById("job-live");
+        if (!region) return;
+        const job = message.job;
+        if (region.dataset.state !== job.state || region.dataset.updatedAt !== job.updated_at) {
+          region.dataset.state = job.state;
+          region.dataset.updatedAt = job.updated_at;
+          refresh();
+        }
+      },
+    });
+  }
+
+  const list = Portal.jsonFrom("jobs-live");
+  if (list) startList(list);
+  const job = Portal.jsonFrom("job-log");
+  if (job) startJob(job);
+})();
