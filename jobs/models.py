@@ -384,3 +384,38 @@ class JobTemplate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project}: {self.name}"
+
+
+# Utilisation history -------------------------------------------------------------------------------------
+
+
+class ClusterUsageSample(models.Model):
+    """A cluster's GPUs and queue at one minute, recorded by the inventory sync for the status pages' charts.
+
+    At most one per cluster and minute (`at` is truncated to the minute); samples older than the retention
+    period are deleted as new ones arrive.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="usage_samples")
+    at = models.DateTimeField(help_text="The minute the sample describes (UTC, seconds zero)")
+    gpus_total = models.PositiveIntegerField(default=0)
+    gpus_used = models.PositiveIntegerField(default=0)
+    # {"h100": {"total": 4, "used": 1, "idle": 2}}: idle counts only nodes that can take jobs (not drained/down).
+    gpu_types = models.JSONField(default=dict)
+    # {"h100": {"pending": 2, "running": 1, "pending_gpus": 3, "running_gpus": 1,
+    #           "pending_by_gpu_type": {"h100": {"jobs": 2, "gpus": 3}}, "pending_reasons": {"Resources": 2}}}
+    # ("" as a GPU type: any type). Null when Slurm's job listing failed: the queue is unknown, not empty.
+    partitions = models.JSONField(null=True, blank=True)
+    nodes_by_state = models.JSONField(default=dict, help_text='{"idle": 2, "mixed": 1, ...}')
+
+    class Meta:
+        ordering = ["cluster", "-at"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "at"], name="cluster_usage_sample_one_per_minute"),
+            models.CheckConstraint(
+                condition=models.Q(gpus_used__lte=models.F("gpus_total")), name="cluster_usage_sample_used_le_total"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name} at {self.at:%Y-%m-%d %H:%M}"

@@ -16,6 +16,7 @@ from jobs.models import Cluster, GpuType, Node, Partition
 from jobs.selectors import cluster_status
 from jobs.slurm import SlurmClient, SlurmError
 from jobs.slurm.types import NodeInfo, PartitionInfo
+from jobs.usage_samples import cluster_usage_sample_record
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,12 @@ def cluster_sync_inventory(*, cluster: Cluster, client: SlurmClient) -> None:
         _store_gpu_types(cluster=cluster, nodes=nodes, now=now)
         Cluster.objects.filter(pk=cluster.pk).update(inventory_synced_at=now)
         transaction.on_commit(lambda: _push_status(cluster_pk=cluster.pk))
+    # The utilisation history of the status pages: one sample a minute, never a reason to fail the sync.
+    try:
+        with transaction.atomic():
+            cluster_usage_sample_record(cluster=cluster, client=client, nodes=nodes, now=now)
+    except Exception:
+        logger.exception("cluster %s: could not record the usage sample", cluster.name)
 
 
 def _push_status(*, cluster_pk: int) -> None:
