@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
-from tests.isolation_rules import Case, page_everyone, page_only  # noqa: F401
+from tests.isolation_rules import TENANT_ADMINS, Case, page_only
 
-PAGES: dict[str, dict[str, Case]] = {}
+PAGES: dict[str, dict[str, Case]] = {
+    # Spend as the API rules it: tenant admins (the outsider administers its own tenant, shown without a trace
+    # of matrixco) and project managers; members of lower roles get 403.
+    "billing/": {"GET": Case(page_only(200, ("manager", *TENANT_ADMINS)) | {"outsider": 200})},
+    # Invoices are the tenant admins' (and portal admins'); everyone else is told they do not exist.
+    "billing/invoices/<int:invoice_id>/": {"GET": Case(page_only(200, TENANT_ADMINS, denied=404))},
+}
