@@ -202,7 +202,11 @@ def billing_home(request: HttpRequest) -> HttpResponse:
         "spent": spend is not None and spend.gpu_seconds > 0,
         "gpu_hours": gpu_seconds_to_hours(spend.gpu_seconds) if spend else None,
         "day_chart": _day_chart(spend) if spend else None,
-        "day_rows": [day for day in spend.days if day.gpu_seconds] if spend else [],
+        "day_rows": [
+            {"day": day.day, "gpu_hours": gpu_seconds_to_hours(day.gpu_seconds), "amount": day.amount}
+            for day in (spend.days if spend else [])
+            if day.gpu_seconds
+        ],
         "project_rows": _project_rows(spend) if spend else [],
         "user_rows": _user_rows(top) if top else [],
         "invoices_page": invoices_page,
