@@ -277,7 +277,11 @@ class AllocationCreateForm(forms.Form):
     project = forms.ChoiceField(label="Project")
     cluster = forms.ChoiceField(label="Cluster")
     gpu_type = forms.CharField(
-        label="GPU type", required=False, max_length=64, help_text="Empty: GPUs of any type on the cluster."
+        label="GPU type",
+        required=False,
+        max_length=64,
+        help_text="Empty: GPUs of any type on the cluster.",
+        widget=forms.TextInput(attrs={"list": "gpu-type-names"}),
     )
     gpu_hours = forms.DecimalField(label="GPU-hours", max_digits=12, decimal_places=2, min_value=0)
     starts_on = forms.DateField(label="Starts on", widget=forms.DateInput(attrs={"type": "date"}))
