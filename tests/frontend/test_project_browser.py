@@ -63,7 +63,7 @@ def burning() -> dict[str, Any]:
 
     charge(today - timedelta(days=5), 36_000)
     charge(today - timedelta(days=2), 126_000)
-    return {"user": bob, "allocation": allocation, "today": today}
+    return {"user": bob, "admin": tenant.memberships.get(role="admin").user, "allocation": allocation, "today": today}
 
 
 def test_project_and_allocation_pages_fit_a_phone_and_draw_the_burn_down(
@@ -89,6 +89,37 @@ def test_project_and_allocation_pages_fit_a_phone_and_draw_the_burn_down(
         )
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
         screenshot(page, f"allocation-{viewport}")
+
+
+def test_member_forms_and_tokens_fit_a_phone_and_the_secret_is_shown_once(
+    open_page: Any, screenshot: Any, burning: dict[str, Any]
+) -> None:
+    page = open_page(burning["admin"], viewport="phone")
+    for path, name in (("/tenants/acme/", "tenant"), ("/projects/acme/vision/members/", "members")):
+        page.goto(path)
+        assert page.get_by_role("heading", name="Add a member").is_visible()
+        page.locator("details.confirm summary").first.click()  # the removal confirmation opens in place
+        # What sticks out, named in the failure message.
+        wide = page.evaluate(
+            "[...document.querySelectorAll('body *')]"
+            ".filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)"
+            ".map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right)).slice(0, 12)"
+        )
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), (path, wide)
+        screenshot(page, f"{name}-phone")
+
+    page.goto("/tokens/")
+    page.get_by_label("Name").fill("laptop")
+    page.get_by_role("button", name="Create token").click()
+    secret = page.locator("#token-secret").inner_text()
+    assert secret.startswith("gpp_")
+    assert "it will not be shown again" in page.get_by_role("alert").inner_text()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    screenshot(page, "token-created-phone")
+    page.get_by_role("link", name="Done: back to your tokens").click()
+    assert page.locator("#main").inner_text().count("laptop") >= 1
+    assert secret not in page.content()
+    screenshot(page, "tokens-phone")
 
 
 def test_a_member_requests_more_hours_through_the_form(
