@@ -71,6 +71,10 @@ class JobForm(forms.Form):
     script = forms.CharField(max_length=10_000_000, required=False, strip=False)
     environment = forms.CharField(max_length=1_000_000, required=False, strip=False)
 
+    def clean_script(self) -> str:
+        # Browsers send a textarea's line breaks as CRLF; "#!/bin/bash\r" would be a bad interpreter in Slurm.
+        return str(self.cleaned_data["script"]).replace("\r\n", "\n")
+
     def clean_environment(self) -> dict[str, str]:
         """One `NAME=value` per line; blank lines and lines starting with # are skipped."""
         variables: dict[str, str] = {}

@@ -87,8 +87,9 @@ def _form(**fields: str) -> dict[str, str]:
         "gpus": "2",
         "time_limit_minutes": "240",
         "name": "train",
-        "script": "#!/bin/bash\necho train\n",
-        "environment": "EPOCHS=3\n",
+        # As browsers send a textarea: CRLF line breaks.
+        "script": "#!/bin/bash\r\necho train\r\n",
+        "environment": "EPOCHS=3\r\n",
         **fields,
     }
 
@@ -204,7 +205,7 @@ def test_errors_appear_beside_the_field_they_concern_and_nothing_is_stored(
     assert _field_error(html, field) == message.replace("'", "&#x27;")
     assert "The job was not submitted: fix the fields marked below." in html
     # What the user wrote is kept.
-    assert "#!/bin/bash\necho train\n</textarea>" in html or field == "script"
+    assert "#!/bin/bash\r\necho train\r\n</textarea>" in html or field == "script"
     assert Job.objects.count() == 0
 
 
@@ -226,6 +227,7 @@ def test_a_submission_goes_to_the_new_jobs_page_with_a_message(shop: Shop) -> No
     assert response["Location"] == f"/jobs/{job.pk}/"
     assert (job.name, job.partition, job.gpu_type, job.gpus, job.time_limit_minutes) == ("train", "gpu", "h100", 2, 240)
     assert job.environment == {"EPOCHS": "3"}
+    assert job.script == "#!/bin/bash\necho train\n"
     assert job.user == shop.users["member"]
     page = client.get(response["Location"]).content.decode()
     assert "Job “train” was accepted; a worker is handing it to pagecluster." in page
