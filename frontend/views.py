@@ -126,11 +126,11 @@ def _spend_lines(
         scopes.append(("All tenants", "/billing/", spend_scope_for_user(user=user, all_allowed=True)))
     for tenant in tenants:
         scope = spend_scope_for_user(user=user, tenant=tenant.slug)
-        scopes.append((f"Tenant {tenant.slug}", f"/billing/?tenant={tenant.slug}", scope))
+        scopes.append((f"Tenant {tenant.slug}", f"/billing/?scope={tenant.slug}", scope))
     for project in projects:
         label = f"{project.tenant.slug}/{project.slug}"
         scope = spend_scope_for_user(user=user, project=label)
-        scopes.append((f"Project {label}", f"/billing/?project={label}", scope))
+        scopes.append((f"Project {label}", f"/billing/?scope={label}", scope))
     lines = []
     for label, link, scope in scopes[:DASHBOARD_SPEND_SCOPES]:
         try:

@@ -22,6 +22,4 @@ vendor=static/frontend/vendor
 rm -rf "$vendor"
 mkdir -p "$vendor"
 cp node_modules/htmx.org/dist/htmx.min.js "$vendor/"
-cp node_modules/@xterm/xterm/lib/xterm.js node_modules/@xterm/xterm/css/xterm.css "$vendor/"
-cp node_modules/@xterm/addon-fit/lib/addon-fit.js "$vendor/"
 cp node_modules/uplot/dist/uPlot.iife.min.js node_modules/uplot/dist/uPlot.min.css "$vendor/"

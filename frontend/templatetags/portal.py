@@ -47,7 +47,7 @@ def quota_gauge(allocation: Allocation, label: str = "") -> dict[str, object]:
 
 @register.filter
 def gpu_hours(gpu_seconds: int | None) -> str:
-    """GPU-seconds written as GPU-hours with two decimals."""
+    """GPU-seconds written as GPU-hours, as messages write them: "16.0", "3.5", "0.25"."""
     return format_gpu_hours(gpu_seconds or 0)
 
 

@@ -49,6 +49,16 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Ends a server process: politely, then for sure, so none outlives the test database."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
 def _test_environment() -> dict[str, str]:
     database = connection.settings_dict
     return {
@@ -67,6 +77,8 @@ def live_portal(
     port = _free_port()
     log = tmp_path_factory.mktemp("uvicorn") / "web.log"
     command = [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
+    # Open WebSockets would hold a graceful shutdown (and the test database) for ever.
+    command += ["--timeout-graceful-shutdown", "2"]
     with log.open("w") as output:
         server = subprocess.Popen(
             [*command, "--no-access-log"], env=_test_environment(), stdout=output, stderr=subprocess.STDOUT
@@ -85,8 +97,7 @@ def live_portal(
             time.sleep(0.2)
         yield base_url
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(server)
 
 
 @pytest.fixture
@@ -108,8 +119,7 @@ def celery_beat(celery_worker: str, tmp_path: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        beat.terminate()
-        beat.wait(timeout=30)
+        stop(beat)
 
 
 @pytest.fixture(scope="session")
@@ -201,7 +211,7 @@ def open_page(chromium: Any, live_portal: str) -> Iterator[Callable[..., Any]]:
             ),
         )
         opened.append((context, watch))
-        page.watch = watch  # type: ignore[attr-defined]
+        page.watch = watch
         return page
 
     yield opener

@@ -176,13 +176,13 @@ def test_spend_is_shown_to_managers_and_admins_and_hidden_from_members(client: C
     manager = page_of(client, acme.users["manager"])
     assert SPEND_HEADING in manager
     assert (
-        '<th scope="row"><a href="/billing/?project=acme/vision">Project acme/vision</a></th> '
+        '<th scope="row"><a href="/billing/?scope=acme/vision">Project acme/vision</a></th> '
         f'<td class="number">{hours(2)}</td> <td class="number">6.00 EUR</td>' in manager
     )
     assert "genomics" not in manager
 
     admin = page_of(client, acme.users["admin"])
-    assert f'<a href="/billing/?tenant=acme">Tenant acme</a></th> <td class="number">{hours(2)}</td> ' in admin
+    assert f'<a href="/billing/?scope=acme">Tenant acme</a></th> <td class="number">{hours(2)}</td> ' in admin
     assert '<td class="number">6.00 EUR</td>' in admin
     assert "globex" not in admin
 

@@ -137,7 +137,7 @@ def test_a_running_jobs_log_streams_live_with_follow_pause_and_download(
         page.locator(".log-downloads").get_by_role("link", name="stdout").click()
     saved = tmp_path / "stdout.log"
     download_info.value.save_as(saved)
-    job = Job.objects.get(pk=reply["id"])
+    job = Job.objects.get(pk=str(reply["id"]))
     assert saved.read_bytes() == Path(job.stdout_path).read_bytes()
     assert b"\rprogress 100%\n" in saved.read_bytes()
 
@@ -165,4 +165,4 @@ def test_a_running_job_is_cancelled_from_its_page(
     expect(page.locator("#job-state")).to_have_text("Cancelled", timeout=LIVE_TIMEOUT_MS)
     assert page.locator("#timeline").get_by_text("Cancelled").count() >= 1
     screenshot(page, "cancelled")
-    assert Job.objects.get(pk=reply["id"]).state == JobState.CANCELLED
+    assert Job.objects.get(pk=str(reply["id"])).state == JobState.CANCELLED

@@ -34,6 +34,8 @@
       height: Number(box.dataset.height || 260),
       series,
       scales: { x: { time: chart.time !== false } },
+      // The portal writes every time in UTC; the chart's axis does too, whatever the browser's zone.
+      tzDate: (seconds) => uPlot.tzDate(new Date(seconds * 1e3), "Etc/UTC"),
       axes: [{}, { label: chart.unit || "", size: 60 }],
       cursor: { drag: { x: false, y: false } },
     };
