@@ -273,6 +273,20 @@ def overview(request: HttpRequest) -> HttpResponse:
 # Allocations -------------------------------------------------------------------------------------------
 
 
+def _check_gpu_type(form: forms.Form, data: dict[str, Any]) -> None:
+    """A GPU type the chosen cluster offers, named beside the field when it does not."""
+    if not (data.get("cluster") and data.get("gpu_type")):
+        return
+    cluster = _cluster_named(data["cluster"])
+    offered = [gpu.name for gpu in cluster.gpu_types.order_by("name")]
+    if data["gpu_type"] not in offered:
+        form.add_error(
+            "gpu_type",
+            f"Cluster '{cluster.name}' has no GPUs of type '{data['gpu_type']}'; it has: "
+            f"{', '.join(offered) or 'none synced yet'}.",
+        )
+
+
 class AllocationCreateForm(forms.Form):
     project = forms.ChoiceField(label="Project")
     cluster = forms.ChoiceField(label="Cluster")
@@ -299,15 +313,7 @@ class AllocationCreateForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if data.get("cluster") and data.get("gpu_type"):
-            cluster = _cluster_named(data["cluster"])
-            offered = [gpu.name for gpu in cluster.gpu_types.order_by("name")]
-            if data["gpu_type"] not in offered:
-                self.add_error(
-                    "gpu_type",
-                    f"Cluster '{cluster.name}' has no GPUs of type '{data['gpu_type']}'; it has: "
-                    f"{', '.join(offered) or 'none synced yet'}.",
-                )
+        _check_gpu_type(self, data)
         if data.get("starts_on") and data.get("ends_on") and data["ends_on"] < data["starts_on"]:
             self.add_error("ends_on", "The period must end on or after the day it starts.")
         return data
@@ -454,15 +460,7 @@ class RateCreateForm(RateEditForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if data.get("cluster") and data.get("gpu_type"):
-            cluster = _cluster_named(data["cluster"])
-            offered = [gpu.name for gpu in cluster.gpu_types.order_by("name")]
-            if data["gpu_type"] not in offered:
-                self.add_error(
-                    "gpu_type",
-                    f"Cluster '{cluster.name}' has no GPUs of type '{data['gpu_type']}'; it has: "
-                    f"{', '.join(offered) or 'none synced yet'}.",
-                )
+        _check_gpu_type(self, data)
         return data
 
 
