@@ -122,9 +122,12 @@ def celery_beat(celery_worker: str, tmp_path: Path) -> Iterator[None]:
         stop(beat)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """Debian's Chromium under Playwright, headless. Skips cleanly where scripts/browser.sh has not run."""
+    """Debian's Chromium under Playwright, headless. Skips cleanly where scripts/browser.sh has not run.
+
+    Per module, not per session: while Playwright runs, its event loop is the test thread's running loop, and
+    `async_to_sync` (Channels pushes) refuses to run in later tests that have nothing to do with browsers."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed; `make browser` installs it")
     from playwright.sync_api import sync_playwright
