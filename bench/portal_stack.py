@@ -3,8 +3,9 @@
 
 Import this before anything from Django: it points the settings at the benchmark's database
 (`gpuportal_bench`, recreated on every run) and Redis databases 10-12, so a benchmark never meets the demo
-(database `gpuportal`, Redis 0) or the tests (`test_gpuportal`, Redis 13-15). `BENCH_DATABASE_URL` and
-`BENCH_REDIS_BASE` move them elsewhere.
+(database `gpuportal`, Redis 0) or the tests (`test_gpuportal`, Redis 13-15). `BENCH_DATABASE_URL`,
+`BENCH_REDIS_BASE` and `BENCH_REDIS_DBS` (three numbers: broker, channel layer, cache) move them elsewhere, so
+the drills and the load test can run beside a benchmark.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 _REDIS_BASE = os.environ.get("BENCH_REDIS_BASE", "redis://127.0.0.1:6379")
+_BROKER_DB, _CHANNELS_DB, _CACHE_DB = os.environ.get("BENCH_REDIS_DBS", "10,11,12").split(",")
 DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpuportal_bench")
 BENCH_ENVIRONMENT = {
     "DJANGO_SETTINGS_MODULE": "portal.settings",
     "DATABASE_URL": DATABASE_URL,
-    "CELERY_BROKER_URL": f"{_REDIS_BASE}/10",
-    "CHANNELS_REDIS_URL": f"{_REDIS_BASE}/11",
-    "REDIS_URL": f"{_REDIS_BASE}/12",
+    "CELERY_BROKER_URL": f"{_REDIS_BASE}/{_BROKER_DB}",
+    "CHANNELS_REDIS_URL": f"{_REDIS_BASE}/{_CHANNELS_DB}",
+    "REDIS_URL": f"{_REDIS_BASE}/{_CACHE_DB}",
     # Production-like: with DEBUG on, Django keeps every query of a process in memory.
     "PORTAL_DEBUG": "false",
     "PORTAL_LOG_LEVEL": "WARNING",
