@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 DB_NAME ?= gpuportal
 
-.PHONY: demo test venv services cluster database migrate seed portal stop lint bench browser
+.PHONY: demo test venv services cluster database migrate seed portal stop lint bench browser drills load
 
 demo: cluster database seed portal ## Everything, with demo data, on http://127.0.0.1:8000
 	@$(PY) manage.py shell -v 0 -c "from jobs.tasks import cluster_sync_all, slurm_reconcile_all; cluster_sync_all.delay(); slurm_reconcile_all.delay()"
@@ -60,3 +60,12 @@ bench: cluster database
 	$(PY) bench/job_sync.py
 	$(PY) bench/log_latency.py
 	$(PY) bench/invoice.py
+
+# Fault drills on the real local stack (own database gpuportal_bench_drills, own Redis, port 8101); each ends
+# with a ledger check. `make drills DRILLS="slurmrestd worker"` runs some of them; see scripts/drills/.
+drills: cluster database
+	$(PY) scripts/drills/run.py $(DRILLS)
+
+# 50 users browsing, listing and submitting for two minutes against uvicorn; see bench/load.py.
+load: cluster database
+	$(PY) bench/load.py
