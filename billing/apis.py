@@ -264,9 +264,28 @@ def invoice_data(invoice: Invoice, *, lines: list[InvoiceLine] | None = None) ->
     return data
 
 
+@extend_schema_field({"type": "string", "pattern": r"^\d{4}-\d{2}$", "example": "2026-11"})
+class MonthField(serializers.Field[date, Any, Any, Any]):
+    """A calendar month as YYYY-MM, read as its first day; "0000-00" or "2026-13" is refused, not a crash."""
+
+    default_error_messages = {"invalid": "Give a month as YYYY-MM, e.g. 2026-11."}
+
+    def to_internal_value(self, data: Any) -> date:
+        text = str(data).strip()
+        if len(text) != 7:
+            self.fail("invalid")
+        try:
+            return date.fromisoformat(f"{text}-01")
+        except ValueError:
+            self.fail("invalid")
+
+    def to_representation(self, value: date) -> str:
+        return f"{value:%Y-%m}"
+
+
 class InvoiceFilterInput(serializers.Serializer[Any]):
     tenant = serializers.CharField(required=False, help_text="A tenant's slug")
-    month = serializers.RegexField(r"^\d{4}-\d{2}$", required=False, help_text="YYYY-MM")
+    month = MonthField(required=False, help_text="YYYY-MM")
     state = serializers.ChoiceField(choices=InvoiceState.choices, required=False)
 
 
@@ -283,9 +302,8 @@ class InvoiceListApi(APIView):
         filters = InvoiceFilterInput(data=request.query_params)
         filters.is_valid(raise_exception=True)
         data = filters.validated_data
-        month = date.fromisoformat(f"{data['month']}-01") if data.get("month") else None
         invoices = invoice_list_for_user(
-            user=request.user, tenant=data.get("tenant"), month=month, state=data.get("state")
+            user=request.user, tenant=data.get("tenant"), month=data.get("month"), state=data.get("state")
         )
         paginator = PagePagination()
         page = paginator.paginate_queryset(invoices, request, view=self) or []

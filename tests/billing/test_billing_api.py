@@ -85,6 +85,20 @@ def test_a_tenant_admin_reads_their_invoice_with_its_lines(billed: dict[str, Any
     assert [row["id"] for row in listed["results"]] == [invoice.pk]
 
 
+def test_invoices_are_filtered_by_month_and_an_impossible_month_is_refused(billed: dict[str, Any]) -> None:
+    api = _api(billed["acme_admin"])
+    listed = api.get("/api/v1/invoices/", {"month": f"{billed['month']:%Y-%m}"}).json()
+    assert [row["id"] for row in listed["results"]] == [billed["acme"].pk]
+    for month in ("0000-00", "2026-13", "2026-1x"):
+        response = api.get("/api/v1/invoices/", {"month": month})
+        assert response.status_code == 400, month
+        assert response.json() == {
+            "code": "invalid",
+            "message": "month: Give a month as YYYY-MM, e.g. 2026-11.",
+            "fields": {"month": ["Give a month as YYYY-MM, e.g. 2026-11."]},
+        }
+
+
 @pytest.mark.parametrize("who", ["globex_admin", "manager"])
 def test_nobody_but_the_tenants_admins_reads_its_invoice(billed: dict[str, Any], who: str) -> None:
     invoice = billed["acme"]
