@@ -36,7 +36,7 @@ class _ClusterAccountOutput(serializers.Serializer[Any]):
 class MeOutput(serializers.Serializer[Any]):
     username = serializers.CharField()
     full_name = serializers.CharField()
-    email = serializers.EmailField()
+    email = serializers.CharField(help_text="Empty when the account has no e-mail address.")
     is_portal_admin = serializers.BooleanField()
     tenants = _TenantRoleOutput(many=True)
     projects = _ProjectRoleOutput(many=True)

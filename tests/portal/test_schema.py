@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from django.core.management import call_command
+from django.test import Client
+
+from tests.factories import make_user
+from tests.portal.openapi import assert_matches_schema
 
 
 def test_the_schema_validates_without_warnings(tmp_path: Path) -> None:
@@ -16,3 +21,15 @@ def test_the_schema_validates_without_warnings(tmp_path: Path) -> None:
     text = schema.read_text()
     assert "JobStateEnum" in text
     assert "/api/v1/jobs/{job_id}/cancel/" in text
+
+
+@pytest.mark.django_db
+def test_me_matches_the_schema_for_a_user_without_an_email_address(client: Client) -> None:
+    user = make_user()
+    assert user.email == ""
+    client.force_login(user)
+
+    response = client.get("/api/v1/me/")
+
+    assert response.status_code == 200
+    assert_matches_schema(response, method="GET", path_template="/api/v1/me/")

@@ -1,0 +1,30 @@
+"""Check one answer of the Django test client against the OpenAPI schema the portal serves, with schemathesis:
+the regression tests of schema fixes the API fuzz (tests/portal/test_api_fuzz.py) found use it."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import requests
+import schemathesis
+from django.http import HttpResponse
+from drf_spectacular.generators import SchemaGenerator
+
+
+@cache
+def api_schema() -> schemathesis.BaseSchema:
+    return schemathesis.openapi.from_dict(SchemaGenerator().get_schema(request=None, public=True))
+
+
+def assert_matches_schema(response: HttpResponse, *, method: str, path_template: str) -> None:
+    """Fail with schemathesis's report unless the status code and the body are what the schema documents."""
+    request = requests.Request(method, f"http://testserver{response.wsgi_request.get_full_path()}").prepare()
+    answer = schemathesis.Response(
+        status_code=response.status_code,
+        headers={name: [value] for name, value in response.headers.items()},
+        content=response.content,
+        request=request,
+        elapsed=0.0,
+        verify=False,
+    )
+    api_schema()[path_template][method].validate_response(answer)
