@@ -29,8 +29,27 @@ ERROR_SHAPE = inline_serializer(
         "fields": serializers.DictField(child=serializers.ListField(child=serializers.CharField())),
     },
 )
-ERRORS = {code: OpenApiResponse(ERROR_SHAPE) for code in (400, 401, 403, 404)}
+ERROR_CODES = (400, 401, 403, 404)
+ERRORS = {code: OpenApiResponse(ERROR_SHAPE) for code in ERROR_CODES}
 ERRORS_WITH_CONFLICT = {**ERRORS, 409: OpenApiResponse(ERROR_SHAPE)}
+
+
+def _error_response() -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}, "description": ""}
+
+
+def schema_errors_everywhere(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: every operation documents the errors any operation can give.
+
+    A list answers 404 for a page past its end, 400 for a bad filter, 401 for a revoked token and 403 when
+    a role does not allow it, whether or not its view lists `ERRORS`; clients generated from the schema
+    must expect them everywhere. Views still document their own extra codes (409, 429).
+    """
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            for code in ERROR_CODES:
+                operation["responses"].setdefault(str(code), _error_response())
+    return result
 
 
 class ConflictError(exceptions.APIException):

@@ -204,6 +204,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": "/api/v1",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.api_errors.schema_errors_everywhere",
+    ],
     # Several models have a field named "state"; each choice set gets its own name in the schema.
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "jobs.models.JobState",

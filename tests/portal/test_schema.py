@@ -33,3 +33,13 @@ def test_me_matches_the_schema_for_a_user_without_an_email_address(client: Clien
 
     assert response.status_code == 200
     assert_matches_schema(response, method="GET", path_template="/api/v1/me/")
+
+
+@pytest.mark.django_db
+def test_a_page_past_the_end_of_a_list_is_a_documented_error(client: Client) -> None:
+    client.force_login(make_user())
+
+    response = client.get("/api/v1/tokens/", {"page": 99})
+
+    assert (response.status_code, response.json()["code"]) == (404, "not_found")
+    assert_matches_schema(response, method="GET", path_template="/api/v1/tokens/")
