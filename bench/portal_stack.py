@@ -271,20 +271,27 @@ class Portal:
     Both run in their own process groups, with logs in a temporary directory that is printed on failure.
     """
 
-    def __init__(self, *, port: int = 8100, worker_concurrency: int = 2, with_worker: bool = True) -> None:
+    def __init__(
+        self, *, port: int = 8100, worker_concurrency: int = 2, with_worker: bool = True, with_beat: bool = False
+    ) -> None:
         self.port = port
         self.worker_concurrency = worker_concurrency
         self.with_worker = with_worker
+        # Beat sends the periodic tasks (job sync, the sweep that requeues lost deliveries, usage import); its
+        # intervals come from the environment (JOB_SYNC_INTERVAL_SECONDS etc., see portal/settings.py).
+        self.with_beat = with_beat
         self.log_dir = Path(tempfile.mkdtemp(prefix="gpuportal-bench-"))
         self.worker_name = f"bench-{uuid.uuid4().hex[:8]}@localhost"
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._commands: dict[str, list[str]] = {}
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def _start(self, name: str, command: list[str]) -> subprocess.Popen[bytes]:
-        log = (self.log_dir / f"{name}.log").open("wb")
+        self._commands[name] = command
+        log = (self.log_dir / f"{name}.log").open("ab")
         process = subprocess.Popen(
             command,
             cwd=ROOT,
@@ -298,8 +305,26 @@ class Portal:
         return process
 
     def pid(self, name: str) -> int:
-        """The process id of `web` or `worker`."""
+        """The process id of `web`, `worker` or `beat`."""
         return self._processes[name].pid
+
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Send `sig` to the whole process group of `web`, `worker` or `beat` (a worker's pool processes
+        too), and wait until its leader is gone: a fault drill's crash."""
+        process = self._processes[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        process.wait(timeout=30)
+
+    def restart(self, name: str, *, timeout_seconds: float = 60) -> None:
+        """Start `name` again with the command it was started with; for the worker, wait until it answers."""
+        from portal.celery import app as celery_app
+
+        self._start(name, self._commands[name])
+        deadline = time.monotonic() + timeout_seconds
+        while name == "worker" and not celery_app.control.ping(destination=[self.worker_name], timeout=0.5):
+            if self._processes[name].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the restarted Celery worker does not answer; logs in {self.log_dir}")
 
     def start(self, *, timeout_seconds: float = 60) -> None:
         import httpx
@@ -320,6 +345,19 @@ class Portal:
                     f"--hostname={self.worker_name}",
                     "--without-mingle",
                     "--without-gossip",
+                ],
+            )
+        if self.with_beat:
+            self._start(
+                "beat",
+                [
+                    str(bin_dir / "celery"),
+                    "-A",
+                    "portal",
+                    "beat",
+                    "--loglevel=WARNING",
+                    f"--schedule={self.log_dir / 'beat-schedule'}",
+                    f"--pidfile={self.log_dir / 'beat.pid'}",
                 ],
             )
         web = self._start(
