@@ -183,7 +183,12 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api_errors.api_exception_handler",
-    "DEFAULT_THROTTLE_RATES": {"login": env_str("API_LOGIN_THROTTLE_RATE", "10/min")},
+    # Guessing limits per client address (tenants/throttles.py): password attempts at the login form and
+    # POST /api/v1/tokens/ together, and requests with unknown, expired or revoked bearer tokens.
+    "DEFAULT_THROTTLE_RATES": {
+        "login": env_str("API_LOGIN_THROTTLE_RATE", "10/min"),
+        "token_guess": env_str("API_TOKEN_GUESS_THROTTLE_RATE", "30/min"),
+    },
     # Throttles key on the client address. With 0, X-Forwarded-For is ignored (a client could forge it);
     # behind N trusted reverse proxies set PORTAL_NUM_PROXIES=N.
     "NUM_PROXIES": env_int("PORTAL_NUM_PROXIES", 0),

@@ -20,7 +20,6 @@ from rest_framework import exceptions, generics, serializers, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import AnonRateThrottle
 
 from portal.api_errors import ERRORS
 from tenants import selectors, services
@@ -38,6 +37,7 @@ from tenants.models import (
     TenantRole,
 )
 from tenants.selectors import ProjectAction, TenantAction
+from tenants.throttles import PasswordLoginThrottle
 
 # Output serializers ------------------------------------------------------------------------------------
 
@@ -493,12 +493,6 @@ class ProjectMemberDetailApi(generics.GenericAPIView):  # type: ignore[type-arg]
 
 
 # Tokens ------------------------------------------------------------------------------------------------
-
-
-class PasswordLoginThrottle(AnonRateThrottle):
-    """Limits password guesses through the token endpoint, per client address."""
-
-    scope = "login"
 
 
 @extend_schema_view(

@@ -1,4 +1,8 @@
-"""`Authorization: Bearer <token>` for the REST API, with tokens from `POST /api/v1/tokens/`."""
+"""`Authorization: Bearer <token>` for the REST API, with tokens from `POST /api/v1/tokens/`.
+
+Unknown, expired and revoked tokens count towards the client address's token-guessing limit
+(tenants/throttles.py); over it, every bearer request of that address gets 429 until the window has room.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from tenants.services import token_authenticate
+from tenants.throttles import TokenGuessingThrottled, TokenGuessThrottle, request_address
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -24,8 +29,13 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         secret = secret.strip()
         if not secret or " " in secret:
             raise exceptions.AuthenticationFailed("Malformed Authorization header; send 'Bearer <token>'")
+        throttle, address = TokenGuessThrottle(), request_address(request)
+        wait = throttle.blocked_for(address)
+        if wait is not None:
+            raise TokenGuessingThrottled(wait)
         token = token_authenticate(secret=secret)
         if token is None:
+            throttle.record_failure(address)
             raise exceptions.AuthenticationFailed("This token is unknown, expired or revoked; create a new one")
         return token.user, token
 

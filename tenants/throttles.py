@@ -1,0 +1,109 @@
+"""Rate limits against guessing: passwords (the browser's login form and `POST /api/v1/tokens/`) and API tokens.
+
+Each counts per client address in the cache (Redis in production) with DRF's sliding window, the address
+taken the way DRF's throttles take it (`PORTAL_NUM_PROXIES`, so a forged X-Forwarded-For buys nothing).
+Rates come from REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"] and are read when a throttle is made, so a
+changed setting applies at once:
+
+- `login` (API_LOGIN_THROTTLE_RATE): password attempts. The token endpoint counts every attempt, the login
+  form its failures; both count in the same window, so switching between them buys no extra guesses.
+- `token_guess` (API_TOKEN_GUESS_THROTTLE_RATE): unknown, expired or revoked bearer tokens, over REST and
+  WebSocket handshakes. Once over the limit, the address gets 429 for any token, right or wrong, until the
+  window has room again (else a right guess would still stand out); tokens used from other addresses keep
+  working.
+
+Two requests of one address at the same moment may both pass the last free place of a window, as with DRF's
+own throttles: the limits bound guessing speed, they are not exact counters.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+from rest_framework.exceptions import Throttled
+from rest_framework.settings import api_settings
+from rest_framework.throttling import AnonRateThrottle, BaseThrottle, SimpleRateThrottle
+
+
+def client_address(*, remote_addr: str | None, forwarded_for: str | None) -> str | None:
+    """The client's address as DRF's throttles see it, for requests and WebSocket handshakes alike."""
+    headers = {"x-forwarded-for": forwarded_for} if forwarded_for is not None else {}
+    shim = SimpleNamespace(headers=headers, META={"REMOTE_ADDR": remote_addr})
+    address: str | None = BaseThrottle().get_ident(shim)
+    return address
+
+
+def request_address(request: Any) -> str | None:
+    """The address of a Django or DRF request."""
+    return client_address(
+        remote_addr=request.META.get("REMOTE_ADDR"), forwarded_for=request.headers.get("x-forwarded-for")
+    )
+
+
+class _CurrentRates:
+    """Reads the rate of the throttle's scope from the settings in force now (DRF reads them once, at import)."""
+
+    scope: str
+
+    def get_rate(self) -> str | None:
+        rate: str | None = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        return rate
+
+
+class PasswordLoginThrottle(_CurrentRates, AnonRateThrottle):
+    """Every password attempt at `POST /api/v1/tokens/`, per client address."""
+
+    scope = "login"
+
+
+class FailureThrottle(_CurrentRates, SimpleRateThrottle):
+    """Counts failures only, per client address; the window is the same list of times DRF's throttles keep."""
+
+    def blocked_for(self, address: str | None) -> int | None:
+        """Seconds until `address` may try again; None while it is under the limit."""
+        if self.num_requests is None or self.duration is None or address is None:
+            return None
+        now = self.timer()
+        recent = [moment for moment in self.cache.get(self._key(address), []) if moment > now - self.duration]
+        if len(recent) < self.num_requests:
+            return None
+        # The window has room again when the oldest failure that fills it leaves it.
+        frees_at = recent[self.num_requests - 1] + self.duration
+        return max(1, math.ceil(frees_at - now))
+
+    def record_failure(self, address: str | None) -> None:
+        if self.num_requests is None or self.duration is None or address is None:
+            return
+        key, now = self._key(address), self.timer()
+        history = [moment for moment in self.cache.get(key, []) if moment > now - self.duration]
+        self.cache.set(key, [now, *history], self.duration)
+
+    def _key(self, address: str) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": address}
+
+
+class LoginFailureThrottle(FailureThrottle):
+    """Failed logins through the browser's form; shares its window with `PasswordLoginThrottle`."""
+
+    scope = "login"
+
+
+class TokenGuessThrottle(FailureThrottle):
+    """Unknown, expired or revoked bearer tokens."""
+
+    scope = "token_guess"
+
+
+class TokenGuessingThrottled(Throttled):
+    default_code = "throttled"
+
+    def __init__(self, wait: int) -> None:
+        super().__init__(
+            wait=wait,
+            detail=(
+                "Too many requests with unknown, expired or revoked tokens came from your address; "
+                "send a valid token from POST /api/v1/tokens/ once the wait is over."
+            ),
+        )
