@@ -1,4 +1,5 @@
-"""The ASGI application: Django for HTTP, Channels for WebSockets (session or bearer token, same-origin only)."""
+"""The ASGI application: Django for HTTP, Channels for WebSockets (a session from the portal's own pages, or a
+bearer token)."""
 
 import os
 
@@ -9,15 +10,15 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from portal.routing import websocket_urlpatterns  # noqa: E402
-from portal.ws_auth import BearerTokenWebsocketMiddleware  # noqa: E402
+from portal.ws_auth import BearerTokenWebsocketMiddleware, SameOriginOrBearerValidator  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
+        # Origin and identity rules: portal/ws_auth.py.
+        "websocket": SameOriginOrBearerValidator(
             AuthMiddlewareStack(BearerTokenWebsocketMiddleware(URLRouter(websocket_urlpatterns)))
         ),
     }
