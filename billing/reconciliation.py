@@ -10,7 +10,7 @@ its charge in the quota ledger; Slurm's is elapsed seconds x allocated GPUs from
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -24,7 +24,7 @@ from django.utils import timezone
 from billing.models import ReconciliationKind, ReconciliationReport, ReconciliationState, UsageRecord
 from jobs.clusters import slurm_client_for
 from jobs.models import FINAL_JOB_STATES, Cluster, Job, ProjectSlurmAccount
-from jobs.quota_usage import is_accounting_record_of
+from jobs.quota_usage import accounting_attempts_of, is_accounting_record_of
 from jobs.slurm import SlurmClient, SlurmError
 from jobs.slurm.types import AccountingRecord
 from quotas.models import LedgerEntry, LedgerKind
@@ -287,16 +287,22 @@ def _accounting(
     return list(records.values())
 
 
-def _record_by_id(*, client: SlurmClient, job: Job) -> AccountingRecord | None:
+def _attempts_by_id(*, client: SlurmClient, job: Job) -> list[AccountingRecord]:
     try:
-        record = client.accounting_job(job_id=job.slurm_job_id or 0)
+        found = client.accounting_job_records(job_id=job.slurm_job_id or 0)
     except SlurmError as exc:
         if exc.retryable:
             raise
-        return None  # slurmdbd has no job of that id (22.05 says so with a refusal, "Nothing found")
-    if not record.state.is_finished or record.end_time is None or not is_accounting_record_of(job, record):
+        return []  # slurmdbd has no job of that id (22.05 says so with a refusal, "Nothing found")
+    return accounting_attempts_of(job, [record for record in found if record.state.is_finished and record.end_time])
+
+
+def _runs_together(attempts: list[AccountingRecord]) -> AccountingRecord | None:
+    """The job's runs as one record: the last attempt's, with the elapsed time of all (a requeued job has a record
+    per run, each on the same number of GPUs), so it compares with the portal's one charge."""
+    if not attempts:
         return None
-    return record
+    return replace(attempts[-1], elapsed_seconds=sum(attempt.elapsed_seconds for attempt in attempts))
 
 
 def _compare(*, cluster: Cluster, period_start: datetime, period_end: datetime, client: SlurmClient) -> _Comparison:
@@ -333,15 +339,12 @@ def _compare(*, cluster: Cluster, period_start: datetime, period_end: datetime, 
     matched: set[tuple[int, datetime | None]] = set()
     by_id_left = BY_ID_LOOKUPS_PER_REPORT
     for job in jobs:
-        own = next(
-            (found for found in records_by_id.get(job.slurm_job_id or 0, []) if is_accounting_record_of(job, found)),
-            None,
-        )
-        if own is None and job.slurm_job_id is not None and by_id_left:
+        attempts = accounting_attempts_of(job, records_by_id.get(job.slurm_job_id or 0, []))
+        if not attempts and job.slurm_job_id is not None and by_id_left:
             by_id_left -= 1
-            own = _record_by_id(client=client, job=job)
-        if own is not None:
-            matched.add((own.job_id, own.submit_time))
+            attempts = _attempts_by_id(client=client, job=job)
+        matched.update((attempt.job_id, attempt.submit_time) for attempt in attempts)
+        own = _runs_together(attempts)
         _compare_job(comparison, job=job, record=own, usage=usage.get(job.pk), charge=charges.get(job.pk))
     for record in in_period:
         if (record.job_id, record.submit_time) not in matched:

@@ -340,7 +340,9 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
 
     known = {
         job.pk: job
-        for job in Job.objects.filter(cluster=cluster, pk__in=list(tagged)).only("pk", "slurm_job_id", "state")
+        for job in Job.objects.filter(cluster=cluster, pk__in=list(tagged)).only(
+            "pk", "slurm_job_id", "state", "started_at"
+        )
     }
     updates: dict[uuid.UUID, SlurmJob] = {}
     for job_id, copies in tagged.items():
@@ -365,7 +367,14 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
 
     result.external_created, external_updates = _externals(cluster=cluster, slurm_jobs=untagged)
     updates.update(external_updates)
-    result.changed = jobs_apply_slurm_state(cluster=cluster, updates=updates)
+    requeued = {
+        job.pk: (job, listed)
+        for job in known.values()
+        if isinstance(listed := updates.get(job.pk), SlurmJob) and is_requeued(job=job, slurm_job=listed)
+    }
+    causes = requeue_causes_find(client=client, requeued=requeued)
+    result.requests += len(requeued)
+    result.changed = jobs_apply_slurm_state(cluster=cluster, updates=updates, requeue_causes=causes)
 
     # Jobs the portal believes active but slurmctld no longer lists: their end is in accounting.
     listed_ids = {slurm_job.job_id for slurm_job in listing.jobs}
@@ -454,17 +463,26 @@ def _externals(*, cluster: Cluster, slurm_jobs: list[SlurmJob]) -> tuple[int, di
     return len(created), updates
 
 
-def jobs_apply_slurm_state(*, cluster: Cluster, updates: Mapping[uuid.UUID, SlurmJob | AccountingRecord]) -> int:
-    """Bring these jobs in line with what slurmctld reported; returns how many changed. Pushes the changes."""
+def jobs_apply_slurm_state(
+    *,
+    cluster: Cluster,
+    updates: Mapping[uuid.UUID, SlurmJob | AccountingRecord],
+    requeue_causes: Mapping[uuid.UUID, SlurmState] | None = None,
+) -> int:
+    """Bring these jobs in line with what slurmctld reported; returns how many changed. Pushes the changes.
+
+    `requeue_causes`: for jobs Slurm requeued, how their interrupted run ended (see `requeue_causes_find`).
+    """
     if not updates:
         return 0
+    causes = requeue_causes or {}
     changed: list[Job] = []
     transitions: list[JobTransition] = []
     now = timezone.now()
     with transaction.atomic():
         jobs = Job.objects.select_for_update(no_key=True).filter(cluster=cluster, pk__in=list(updates))
         for job in jobs:
-            new_transitions = _apply(job=job, slurm_job=updates[job.pk], now=now)
+            new_transitions = _apply(job=job, slurm_job=updates[job.pk], now=now, requeue_cause=causes.get(job.pk))
             if new_transitions is not None:
                 changed.append(job)
                 transitions.extend(new_transitions)
@@ -491,8 +509,14 @@ _SYNCED_FIELDS = [
 ]
 
 
-def _apply(*, job: Job, slurm_job: SlurmJob | AccountingRecord, now: datetime) -> list[JobTransition] | None:
-    """Set the job's fields from Slurm's; the transitions to record, or None when nothing changed."""
+def _apply(
+    *, job: Job, slurm_job: SlurmJob | AccountingRecord, now: datetime, requeue_cause: SlurmState | None = None
+) -> list[JobTransition] | None:
+    """Set the job's fields from Slurm's; the transitions to record, or None when nothing changed.
+
+    `requeue_cause` is how the interrupted run of a requeued job ended in accounting (NODE_FAIL, PREEMPTED),
+    when the caller looked it up.
+    """
     if job.slurm_job_id is None and job.is_final and slurm_job.state.is_finished:
         # Ended before reaching Slurm (e.g. rejected), and so did Slurm's record: 22.05 keeps a submission it
         # refused (error 2014) as a FAILED job. That is the refusal, not a lost submission: keep last_error.
@@ -500,13 +524,19 @@ def _apply(*, job: Job, slurm_job: SlurmJob | AccountingRecord, now: datetime) -
     before = {field: getattr(job, field) for field in _SYNCED_FIELDS}
     new_state = SLURM_TO_PORTAL_STATE.get(slurm_job.state)
     reason = getattr(slurm_job, "state_reason", "")
-    nodes = getattr(slurm_job, "nodes", job.nodes)
     transitions: list[JobTransition] = []
     if job.slurm_job_id is None:  # adopted: submitted, but the reply was lost
         job.slurm_job_id = slurm_job.job_id
         job.submitted_at = slurm_job.submit_time or now
         job.submit_lease_until = None
         job.last_error = ""
+    if new_state is not None and is_requeued(job=job, slurm_job=slurm_job):
+        # Back in the queue after its run was cut short: the job goes on (as a new attempt), it did not fail.
+        detail = _requeue_detail(job=job, slurm_job=slurm_job, cause=requeue_cause)
+        at = slurm_job.submit_time if isinstance(slurm_job, SlurmJob) and slurm_job.submit_time else now
+        transitions.append(job_transition(job=job, to_state=JobState.PENDING, detail=detail, at=min(at, now)))
+        job.nodes = ""  # the cut-short run's; the next attempt's are not known until Slurm lists them
+    nodes = getattr(slurm_job, "nodes", job.nodes)
     if new_state is not None and new_state != job.state and not job.is_final:
         if job.state == JobState.QUEUED and new_state != JobState.PENDING:
             transitions.append(job_transition(job=job, to_state=JobState.PENDING, detail="found in Slurm", at=now))
@@ -541,12 +571,50 @@ FINAL_AFTER_RUN = frozenset(
     {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL}
 )
 
+# A new attempt starts at least Slurm's requeue delay (its credential lifetime, 2 minutes by default) after
+# the interrupted one ended; a start this close to the recorded one is the same run.
+RESTART_TOLERANCE = timedelta(seconds=5)
+
+
+def is_requeued(*, job: Job, slurm_job: SlurmJob | AccountingRecord) -> bool:
+    """Whether Slurm put this running job back in the queue since the portal last looked.
+
+    Slurm requeues a running batch job when its node fails (JobRequeue=1, the default) or it is preempted:
+    the run ends, and the same job id waits for its next attempt. Seen either as pending again, or, when
+    the next attempt already began between two looks, as running (or ended) with a later start.
+    """
+    if job.state != JobState.RUNNING:
+        return False
+    if slurm_job.state == SlurmState.PENDING:
+        return True
+    started = slurm_job.start_time
+    return started is not None and job.started_at is not None and started > job.started_at + RESTART_TOLERANCE
+
+
+def _requeue_detail(*, job: Job, slurm_job: SlurmJob | AccountingRecord, cause: SlurmState | None) -> str:
+    """`Requeued by Slurm after node gpu01 failed; attempt 2`, from what the portal knows of the cut-short run."""
+    nodes = job.nodes or "its node"
+    if cause == SlurmState.NODE_FAIL:
+        why = f"after node {nodes} failed"
+    elif cause == SlurmState.PREEMPTED:
+        why = f"after it was preempted on {nodes}"
+    else:
+        why = f"after its run on {nodes} was cut short"
+    restarts = getattr(slurm_job, "restart_count", 0)
+    return f"Requeued by Slurm {why}; attempt {restarts + 1}" if restarts else f"Requeued by Slurm {why}"
+
 
 def _transition_detail(*, new_state: JobState, slurm_job: SlurmJob | AccountingRecord, reason: str) -> str:
     if new_state == JobState.RUNNING:
         return f"on {getattr(slurm_job, 'nodes', '')}".strip()
     if new_state == JobState.PENDING:
         return reason if reason and reason != "None" else ""
+    if new_state == JobState.NODE_FAIL:
+        # Not requeued (--no-requeue, or JobRequeue=0): the job ends here, charged for what ran.
+        nodes = getattr(slurm_job, "nodes", "")
+        where = f" on {nodes}" if nodes else ""
+        because = f" ({reason})" if reason and reason != "None" else ""
+        return f"{slurm_job.state.value}{where}{because}: Slurm lost the node while the job ran and did not requeue it"
     if new_state in FINAL_AFTER_RUN:
         parts = [slurm_job.state.value]
         if slurm_job.exit_code is not None:
@@ -555,26 +623,70 @@ def _transition_detail(*, new_state: JobState, slurm_job: SlurmJob | AccountingR
     return ""
 
 
+def requeue_causes_find(
+    *, client: SlurmClient, requeued: Mapping[uuid.UUID, tuple[Job, SlurmJob]]
+) -> dict[uuid.UUID, SlurmState]:
+    """How the interrupted run of each requeued job ended, from its accounting records (one request per job).
+
+    Slurm records the cut-short run as ended (NODE_FAIL after a node failure, PREEMPTED) under the job's id
+    before the next attempt starts. A job whose record is not there yet, or cannot be read, is left out:
+    its requeue is recorded all the same, in plainer words.
+    """
+    causes: dict[uuid.UUID, SlurmState] = {}
+    for job_id, (job, slurm_job) in requeued.items():
+        try:
+            records = client.accounting_job_records(job_id=slurm_job.job_id)
+        except SlurmError as exc:
+            logger.info("job %s: accounting of its requeued Slurm job not available: %s", job_id, exc)
+            continue
+        cause = interrupted_run_state(job=job, records=records, current_start=slurm_job.start_time)
+        if cause is not None:
+            causes[job_id] = cause
+    return causes
+
+
+def interrupted_run_state(
+    *, job: Job, records: list[AccountingRecord], current_start: datetime | None
+) -> SlurmState | None:
+    """The state of the job's last run that ended before its current attempt (started at `current_start`)."""
+    ended = [
+        (record.end_time, record.state)
+        for record in records
+        if record.comment == job.slurm_comment
+        and record.state.is_finished
+        and record.end_time is not None
+        and (current_start is None or record.end_time <= current_start)
+    ]
+    return max(ended)[1] if ended else None
+
+
 def _apply_accounting(*, cluster: Cluster, client: SlurmClient, job: Job) -> int:
     """Finish a job slurmctld forgot, from accounting; 1 when it changed."""
     assert job.slurm_job_id is not None
     try:
-        record = client.accounting_job(job_id=job.slurm_job_id)
+        records = client.accounting_job_records(job_id=job.slurm_job_id)
     except SlurmNotFound:
         return 0
     except SlurmError as exc:
         logger.warning("job %s: accounting lookup failed: %s", job.pk, exc)
         return 0
-    tag_matches = record.comment == job.slurm_comment or (
-        job.is_external and record.submit_time == job.slurm_submit_time
-    )
+    # The newest of the job's own records is its last attempt (a requeued job has one per run); records of
+    # another job can share the id after Slurm's state was reset.
+    own = [
+        record
+        for record in records
+        if record.comment == job.slurm_comment or (job.is_external and record.submit_time == job.slurm_submit_time)
+    ]
+    record = own[-1] if own else records[-1]
+    tag_matches = bool(own)
     if not tag_matches and record.comment:
         # Slurm reused the id after its state was reset: this record is another job's.
         return 0
     now = timezone.now()
     with transaction.atomic():
         locked = Job.objects.select_for_update(no_key=True).get(pk=job.pk)
-        transitions = _apply(job=locked, slurm_job=record, now=now)
+        cause = interrupted_run_state(job=locked, records=records, current_start=record.start_time)
+        transitions = _apply(job=locked, slurm_job=record, now=now, requeue_cause=cause)
         if transitions is None:
             return 0
         locked.save(update_fields=[*_SYNCED_FIELDS])

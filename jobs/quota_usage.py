@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from jobs.job_sync import RESTART_TOLERANCE
 from jobs.models import FINAL_JOB_STATES, Cluster, Job
 from jobs.slurm import SlurmClient, SlurmError
 from jobs.slurm.types import AccountingRecord
@@ -165,21 +166,22 @@ def _charge_ended(*, cluster: Cluster, client: SlurmClient, now: datetime) -> _C
     awaiting: list[Job] = []
     by_id_left = ACCOUNTING_BY_ID_PER_RUN
     for job in jobs:
-        record = _record_of(job, by_id.get(job.slurm_job_id or 0, []))
-        if record is None and by_id_left and job.ended_at is not None and now - job.ended_at > ACCOUNTING_BY_ID_AFTER:
+        attempts = accounting_attempts_of(job, by_id.get(job.slurm_job_id or 0, []))
+        if not attempts and by_id_left and job.ended_at is not None and now - job.ended_at > ACCOUNTING_BY_ID_AFTER:
             by_id_left -= 1
             requests += 1
-            record = _record_by_id(client=client, job=job, cluster=cluster)
-        if record is None:
+            attempts = _attempts_by_id(client=client, job=job, cluster=cluster)
+        if not attempts:
             awaiting.append(job)
             continue
-        if not job.gpu_type and record.gpu_type:
+        last = attempts[-1]
+        if not job.gpu_type and last.gpu_type:
             # A job that asked for any type ran on some type: that type's allocation and price apply. Set before
             # the charge, which billing prices as soon as it is committed.
-            Job.objects.filter(pk=job.pk, gpu_type="").update(gpu_type=record.gpu_type)
-            job.gpu_type = record.gpu_type
-        note = f"Slurm job {record.job_id}: {record.elapsed_seconds} s x {record.gpus_allocated} GPUs"
-        if quota_charge(job=job, gpu_seconds=record.gpu_seconds, now=now, note=note):
+            Job.objects.filter(pk=job.pk, gpu_type="").update(gpu_type=last.gpu_type)
+            job.gpu_type = last.gpu_type
+        gpu_seconds = sum(attempt.gpu_seconds for attempt in attempts)
+        if quota_charge(job=job, gpu_seconds=gpu_seconds, now=now, note=charge_note(attempts)):
             charged += 1
     overdue = [job for job in awaiting if job.ended_at is not None and now - job.ended_at > ACCOUNTING_LAG_WARNING]
     if overdue:
@@ -197,19 +199,42 @@ def _charge_ended(*, cluster: Cluster, client: SlurmClient, now: datetime) -> _C
     return _Charges(charged=charged, awaiting=len(awaiting), requests=requests)
 
 
-def _record_by_id(*, client: SlurmClient, job: Job, cluster: Cluster) -> AccountingRecord | None:
+def _attempts_by_id(*, client: SlurmClient, job: Job, cluster: Cluster) -> list[AccountingRecord]:
     try:
-        found = client.accounting_job(job_id=job.slurm_job_id or 0)
+        found = client.accounting_job_records(job_id=job.slurm_job_id or 0)
     except SlurmError as exc:
         logger.info("cluster %s: accounting of Slurm job %s not available: %s", cluster.name, job.slurm_job_id, exc)
-        return None
-    if not found.state.is_finished or found.end_time is None:
-        return None
-    return _record_of(job, [found])
+        return []
+    return accounting_attempts_of(job, [record for record in found if record.state.is_finished and record.end_time])
 
 
-def _record_of(job: Job, candidates: list[AccountingRecord]) -> AccountingRecord | None:
-    return next((record for record in candidates if is_accounting_record_of(job, record)), None)
+def accounting_attempts_of(job: Job, candidates: list[AccountingRecord]) -> list[AccountingRecord]:
+    """The job's finished accounting records, one per attempt, oldest first; empty until its last attempt's is there.
+
+    A job that Slurm requeued (its node failed, it was preempted) has a record for every run, each with the
+    GPU-seconds of that run: together they are what the job really used. The record of the attempt that
+    ended it reaches slurmdbd a moment after the job ends, and until it does the earlier ones alone would
+    undercharge: the last attempt is known by its start, the one the portal recorded as the job's.
+    """
+    attempts = sorted(
+        (record for record in candidates if is_accounting_record_of(job, record)),
+        key=lambda record: record.start_time or record.submit_time or datetime.min.replace(tzinfo=UTC),
+    )
+    if not attempts:
+        return []
+    # The portal's start of the job is its last attempt's (both are slurmctld's start time).
+    last_start = attempts[-1].start_time
+    if job.started_at is not None and last_start is not None and last_start < job.started_at - RESTART_TOLERANCE:
+        return []
+    return attempts
+
+
+def charge_note(attempts: list[AccountingRecord]) -> str:
+    """`Slurm job 12: 7 s x 1 GPUs (NODE_FAIL, requeued) + 60 s x 1 GPUs`: the charge's sum, attempt by attempt."""
+    runs = [f"{record.elapsed_seconds} s x {record.gpus_allocated} GPUs" for record in attempts]
+    for index, record in enumerate(attempts[:-1]):
+        runs[index] += f" ({record.state.value}, requeued)"
+    return f"Slurm job {attempts[-1].job_id}: " + " + ".join(runs)
 
 
 def is_accounting_record_of(job: Job, record: AccountingRecord) -> bool:

@@ -189,12 +189,22 @@ class SlurmClient:
             raise
         return self.codec.decode_accounting_jobs(body)
 
-    def accounting_job(self, *, job_id: int) -> AccountingRecord:
+    def accounting_job_records(self, *, job_id: int) -> list[AccountingRecord]:
+        """Every accounting record with this id, oldest submission first.
+
+        One job has a record per attempt: when Slurm requeues a running job (its node failed, it was preempted),
+        the run so far is recorded as ended and the requeued job gets a new record under the same id, with a
+        new submit time. Records of other jobs can share the id too, after Slurm's state was reset.
+        """
         body = self._call("GET", f"{self.codec.slurmdb_prefix}/job/{int(job_id)}", user=self.admin_user)
         records = self.codec.decode_accounting_jobs(body)
         if not records:
             raise SlurmNotFound(f"Slurm's accounting has no job {job_id}")
-        return records[0]
+        return sorted(records, key=lambda record: record.submit_time or datetime.min.replace(tzinfo=UTC))
+
+    def accounting_job(self, *, job_id: int) -> AccountingRecord:
+        """The newest record with this id: the job's current (or last) attempt."""
+        return self.accounting_job_records(job_id=job_id)[-1]
 
     # Cluster ----------------------------------------------------------------------------------
 

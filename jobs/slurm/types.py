@@ -155,6 +155,9 @@ class SlurmJob:
     exit_code: int | None
     standard_output: str
     standard_error: str
+    # How often Slurm put the job back in the queue (restart_cnt): after a node failure, a preemption or
+    # `scontrol requeue`. The run now pending or running is attempt `restart_count + 1`.
+    restart_count: int = 0
 
 
 @dataclass(frozen=True)

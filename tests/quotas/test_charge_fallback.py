@@ -40,9 +40,9 @@ class WindowMissesTheRecord:
         self.calls.append("window")
         return []
 
-    def accounting_job(self, *, job_id: int) -> AccountingRecord:
+    def accounting_job_records(self, *, job_id: int) -> list[AccountingRecord]:
         self.calls.append(f"job {job_id}")
-        return self.record
+        return [self.record]
 
 
 def _ended_job(*, ended: datetime) -> Job:

@@ -144,6 +144,7 @@ class DataParserCodec(Codec):
             exit_code=_return_code(raw.get("exit_code")) if state.is_finished else None,
             standard_output=standard_output,
             standard_error=standard_error,
+            restart_count=plain_number(raw.get("restart_cnt")) or 0,
         )
 
     def _job_gpus(self, raw: Json) -> tuple[int, str | None]:

@@ -137,6 +137,7 @@ class V0038Codec(Codec):
             exit_code=plain_number(raw.get("exit_code")) if state.is_finished else None,
             standard_output=raw.get("standard_output") or "",
             standard_error=raw.get("standard_error") or "",
+            restart_count=plain_number(raw.get("restart_cnt")) or 0,
         )
 
     def decode_accounting_jobs(self, body: Json) -> list[AccountingRecord]:
