@@ -14,10 +14,15 @@ changed setting applies at once:
 
 Two requests of one address at the same moment may both pass the last free place of a window, as with DRF's
 own throttles: the limits bound guessing speed, they are not exact counters.
+
+While the cache is unreachable (Redis restarting) the limits are not enforced, with a warning in the log:
+passwords and tokens are still checked against the database, and every API request failing with 500 for as
+long as Redis is away would be the worse outage.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +30,9 @@ from typing import Any
 from rest_framework.exceptions import Throttled
 from rest_framework.settings import api_settings
 from rest_framework.throttling import AnonRateThrottle, BaseThrottle, SimpleRateThrottle
+
+logger = logging.getLogger(__name__)
+CACHE_UNREACHABLE = "rate limits not enforced: the cache is unreachable"
 
 
 def client_address(*, remote_addr: str | None, forwarded_for: str | None) -> str | None:
@@ -57,6 +65,13 @@ class PasswordLoginThrottle(_CurrentRates, AnonRateThrottle):
 
     scope = "login"
 
+    def allow_request(self, request: Any, view: Any) -> bool:
+        try:
+            return super().allow_request(request, view)
+        except Exception:  # the cache backend's own errors (redis-py's for Redis)
+            logger.warning(CACHE_UNREACHABLE, exc_info=True)
+            return True
+
 
 class FailureThrottle(_CurrentRates, SimpleRateThrottle):
     """Counts failures only, per client address; the window is the same list of times DRF's throttles keep."""
@@ -66,7 +81,12 @@ class FailureThrottle(_CurrentRates, SimpleRateThrottle):
         if self.num_requests is None or self.duration is None or address is None:
             return None
         now = self.timer()
-        recent = [moment for moment in self.cache.get(self._key(address), []) if moment > now - self.duration]
+        try:
+            history = self.cache.get(self._key(address), [])
+        except Exception:  # the cache backend's own errors (redis-py's for Redis)
+            logger.warning(CACHE_UNREACHABLE, exc_info=True)
+            return None
+        recent = [moment for moment in history if moment > now - self.duration]
         if len(recent) < self.num_requests:
             return None
         # The window has room again when the oldest failure that fills it leaves it.
@@ -77,8 +97,11 @@ class FailureThrottle(_CurrentRates, SimpleRateThrottle):
         if self.num_requests is None or self.duration is None or address is None:
             return
         key, now = self._key(address), self.timer()
-        history = [moment for moment in self.cache.get(key, []) if moment > now - self.duration]
-        self.cache.set(key, [now, *history], self.duration)
+        try:
+            history = [moment for moment in self.cache.get(key, []) if moment > now - self.duration]
+            self.cache.set(key, [now, *history], self.duration)
+        except Exception:  # the cache backend's own errors (redis-py's for Redis)
+            logger.warning(CACHE_UNREACHABLE, exc_info=True)
 
     def _key(self, address: str) -> str:
         return self.cache_format % {"scope": self.scope, "ident": address}
