@@ -207,4 +207,4 @@ def observe_portal(drill: harness.Drill, victims: list[Job]) -> bool:
 
 
 if __name__ == "__main__":
-    harness.main("node_down", "a node set down while it runs jobs: requeued or node failure, charged what ran", run)
+    harness.main("node-down", "a node set down while it runs jobs: requeued or node failure, charged what ran", run)
