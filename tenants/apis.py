@@ -22,6 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.api_errors import ERRORS
+from portal.api_filters import UtcIsoDateTimeFilter
 from tenants import selectors, services
 from tenants.authentication import BearerTokenAuthentication
 from tenants.models import (
@@ -231,8 +232,8 @@ class AuditEventFilter(django_filters.FilterSet):  # type: ignore[misc]
     action = django_filters.CharFilter(help_text="e.g. project.created, project_member.role_changed.")
     actor = django_filters.CharFilter(field_name="actor_username", help_text="Username of who made the change.")
     target_type = django_filters.CharFilter()
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent
