@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -79,7 +79,11 @@ class DateOrDateTimeField(serializers.Field[datetime, Any, Any, Any]):
             self.fail("invalid")
         if timezone.is_naive(parsed):
             self.fail("invalid")
-        return parsed
+        # In UTC: PostgreSQL refuses offsets past 15:59 that Python accepts (a 500 before).
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError:
+            self.fail("invalid")
 
     def to_representation(self, value: datetime) -> str:
         return value.isoformat()

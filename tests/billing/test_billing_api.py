@@ -271,3 +271,19 @@ def test_the_printable_invoice_is_a_page_for_the_tenants_admins(billed: dict[str
     denied = client.get(f"/billing/invoices/{invoice.pk}/print/")
     assert denied.status_code == 404
     assert "8.25" not in denied.content.decode()
+
+
+def test_a_rate_from_a_moment_with_any_offset_is_stored_in_utc(billed: dict[str, Any]) -> None:
+    api = _api(billed["staff"])
+    body = {"cluster": "matrixcluster", "gpu_type": "h100", "price_per_gpu_hour": "3", "currency": "EUR"}
+
+    # +16:00 is valid for Python but out of range for PostgreSQL: it used to be a 500.
+    created = api.post("/api/v1/rates/", {**body, "valid_from": "2099-03-01T00:00:00+16:00"}, format="json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["valid_from"] == "2099-02-28T08:00:00Z"
+
+    too_early = api.post("/api/v1/rates/", {**body, "valid_from": "0001-01-01T00:00:00+01:00"}, format="json")
+    assert too_early.status_code == 400
+    assert too_early.json()["fields"] == {
+        "valid_from": ["Give a date (2026-12-01, meaning midnight UTC) or an ISO 8601 date-time."]
+    }
