@@ -13,6 +13,7 @@ from jobs.job_services import job_event, job_group, project_jobs_group
 from jobs.models import ACTIVE_JOB_STATES
 from jobs.selectors import cluster_list_active, cluster_status, job_get_for_user, job_list_for_user
 from tenants.selectors import project_get_for_user
+from tenants.services import user_access_group
 
 CLUSTER_STATUS_GROUP = "cluster-status"
 
@@ -51,11 +52,14 @@ def _current_statuses() -> list[dict[str, object]]:
 class _JobWatchConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     """Pushes `{"type": "job.update", "job": {...}}` for each change of the watched jobs.
 
-    Authorisation happens once, in `connect`, through the access helpers; refused connections close with
-    4401 (not logged in), 4403 (role too low) or 4404 (nothing the user may see there).
+    Authorisation happens in `connect` through the access helpers, and again whenever the user's
+    memberships change (the membership services push `access.changed` to `user_access_group`): refused
+    connections close with 4401 (not logged in), 4403 (role too low) or 4404 (nothing the user may see there),
+    open ones with 4403 or 4404 as soon as that access is gone.
     """
 
     group: str = ""
+    access_group: str = ""
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -70,6 +74,8 @@ class _JobWatchConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         except PermissionDenied:
             await self.close(code=4403)
             return
+        self.access_group = user_access_group(user.pk)
+        await self.channel_layer.group_add(self.access_group, self.channel_name)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         for job in snapshot:
@@ -81,9 +87,19 @@ class _JobWatchConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def disconnect(self, code: int) -> None:
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.access_group:
+            await self.channel_layer.group_discard(self.access_group, self.channel_name)
 
     async def job_update(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": "job.update", "job": event["job"]})
+
+    async def access_changed(self, event: dict[str, Any]) -> None:
+        try:
+            await database_sync_to_async(self.authorise)(self.scope["user"])
+        except Http404:
+            await self.close(code=4404)
+        except PermissionDenied:
+            await self.close(code=4403)
 
 
 class ProjectJobsConsumer(_JobWatchConsumer):

@@ -21,7 +21,8 @@ Protocol of `/ws/jobs/{id}/log/` (session or `Authorization: Bearer <token>`):
   final and both files have been read to their end after that; the socket then closes with 1000.
 
 Handshakes are refused with 4401 (not logged in), 4403 (role too low), 4404 (job not visible) or 4400
-(an offset that is not a non-negative integer).
+(an offset that is not a non-negative integer). An open socket closes with 4403 or 4404 as soon as the
+viewer loses access (the membership services push `access.changed` to the viewer's `user_access_group`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from django.http import Http404
 from jobs.job_services import job_group
 from jobs.models import FINAL_JOB_STATES, Job
 from jobs.selectors import job_get_for_user
+from tenants.services import user_access_group
 
 logger = logging.getLogger(__name__)
 
@@ -278,6 +280,7 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     """
 
     job_id: uuid.UUID | None = None
+    access_group: str = ""
     follower: asyncio.Task[None] | None = None
     state_changed: asyncio.Event
 
@@ -305,6 +308,8 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.state_changed = asyncio.Event()
         self.state_changed.set()
         await self.channel_layer.group_add(job_group(job_id), self.channel_name)
+        self.access_group = user_access_group(user.pk)
+        await self.channel_layer.group_add(self.access_group, self.channel_name)
         await self.accept()
         self.follower = asyncio.create_task(self._follow(user, target, offsets))
 
@@ -315,10 +320,23 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 await self.follower
         if self.job_id is not None:
             await self.channel_layer.group_discard(job_group(self.job_id), self.channel_name)
+        if self.access_group:
+            await self.channel_layer.group_discard(self.access_group, self.channel_name)
 
     async def job_update(self, event: dict[str, Any]) -> None:
         # Only a hint to look again: pushes may arrive out of order, the database says what is current.
         self.state_changed.set()
+
+    async def access_changed(self, event: dict[str, Any]) -> None:
+        """The viewer's memberships changed: stop streaming at once unless they may still see the job."""
+        try:
+            await database_sync_to_async(_current_state)(self.scope["user"], self.job_id)
+        except (Http404, PermissionDenied) as exc:
+            if self.follower is not None:
+                self.follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.follower
+            await self.close(code=4404 if isinstance(exc, Http404) else 4403)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """Clients have nothing to say; resuming is done with the query string."""

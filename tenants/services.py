@@ -8,10 +8,13 @@ Slurm is never called here: changes that Slurm must follow schedule a Celery tas
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from datetime import datetime
 from typing import Any
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
@@ -32,6 +35,8 @@ from tenants.models import (
     slug_validator,
 )
 from tenants.slurm_names import project_account_name, tenant_parent_account_name
+
+logger = logging.getLogger(__name__)
 
 Actor = User | AnonymousUser | None
 
@@ -132,6 +137,30 @@ def user_get_by_username(*, username: str, field: str = "username") -> User:
             {field: [f"There is no active user '{username}'; check the spelling, or ask a portal admin to create it."]}
         )
     return user
+
+
+def user_access_group(user_id: int) -> str:
+    """The channel group of a user's open WebSockets, told to check their access again when it may have shrunk."""
+    return f"access.user.{user_id}"
+
+
+def _schedule_access_recheck(user_id: int) -> None:
+    """After commit, tell the user's open WebSockets to check their access now (they close if it is gone).
+
+    Requests check access on every call, so REST and pages follow a removal at once; a WebSocket checks in
+    `connect` only, and this is how a removal reaches the ones already open.
+    """
+    transaction.on_commit(lambda: _access_recheck_push(user_id))
+
+
+def _access_recheck_push(user_id: int) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(user_access_group(user_id), {"type": "access.changed"})
+    except Exception:  # Redis down must not fail the removal that has committed; streams recheck on their own too.
+        logger.warning("could not tell user %s's WebSockets to check their access again", user_id, exc_info=True)
 
 
 def _schedule_project_slurm_sync(project_id: int) -> None:
@@ -239,12 +268,18 @@ def tenant_member_change_role(*, actor: Actor, membership: TenantMembership, rol
         before=before,
         after=_tenant_membership_state(membership),
     )
+    _schedule_access_recheck(membership.user_id)
     return membership
 
 
 @transaction.atomic
 def tenant_member_remove(*, actor: Actor, membership: TenantMembership) -> None:
-    """Remove a user from a tenant and from all its projects (their Slurm associations follow)."""
+    """Remove a user from a tenant and from all its projects (their Slurm associations follow).
+
+    Their open WebSockets on the tenant's data close. When this was their last tenant and they are not
+    portal staff, their API tokens are revoked too: a token exists to act in tenants, and one that
+    leaked must not come back to life if they are added to a tenant again later.
+    """
     _lock_tenant_memberships(membership.tenant)
     membership = TenantMembership.objects.select_related("tenant", "user").get(pk=membership.pk)
     _ensure_another_admin(membership, doing="removing them")
@@ -262,6 +297,11 @@ def tenant_member_remove(*, actor: Actor, membership: TenantMembership) -> None:
         after=None,
     )
     membership.delete()
+    user = membership.user
+    if not user.is_staff and not TenantMembership.objects.filter(user=user).exists():
+        for token in ApiToken.objects.filter(user=user, revoked_at__isnull=True):
+            token_revoke(actor=actor, token=token)
+    _schedule_access_recheck(user.pk)
 
 
 # Projects ----------------------------------------------------------------------------------------------
@@ -366,6 +406,7 @@ def project_member_change_role(*, actor: Actor, membership: ProjectMembership, r
         after=_project_membership_state(membership),
     )
     _schedule_project_slurm_sync(membership.project_id)
+    _schedule_access_recheck(membership.user_id)
     return membership
 
 
@@ -378,9 +419,10 @@ def _project_member_delete(*, actor: Actor, membership: ProjectMembership) -> No
         before=_project_membership_state(membership),
         after=None,
     )
-    project_id = membership.project_id
+    project_id, user_id = membership.project_id, membership.user_id
     membership.delete()
     _schedule_project_slurm_sync(project_id)
+    _schedule_access_recheck(user_id)
 
 
 @transaction.atomic
