@@ -10,16 +10,22 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.urls import re_path  # noqa: E402
 
 from portal.routing import websocket_urlpatterns  # noqa: E402
-from portal.ws_auth import BearerTokenWebsocketMiddleware, SameOriginOrBearerValidator  # noqa: E402
+from portal.ws_auth import (  # noqa: E402
+    BearerTokenWebsocketMiddleware,
+    SameOriginOrBearerValidator,
+    UnknownWebsocketRoute,
+)
+
+# Every route, then a refusal (4404) for any other address.
+websocket_routes = URLRouter([*websocket_urlpatterns, re_path(r"", UnknownWebsocketRoute.as_asgi())])
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         # Origin and identity rules: portal/ws_auth.py.
-        "websocket": SameOriginOrBearerValidator(
-            AuthMiddlewareStack(BearerTokenWebsocketMiddleware(URLRouter(websocket_urlpatterns)))
-        ),
+        "websocket": SameOriginOrBearerValidator(AuthMiddlewareStack(BearerTokenWebsocketMiddleware(websocket_routes))),
     }
 )

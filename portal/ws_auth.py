@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.middleware import BaseMiddleware
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.contrib.auth.models import AnonymousUser
@@ -73,3 +74,13 @@ class SameOriginOrBearerValidator:
         if b"origin" not in headers and bearer_secret(headers) is not None:
             return await self.application(scope, receive, send)
         return await self.browsers(scope, receive, send)
+
+
+class UnknownWebsocketRoute(AsyncWebsocketConsumer):  # type: ignore[misc]
+    """Refuses a handshake for an address no route matches (`../` and the like) with 4404.
+
+    Without it the router raises, and the server logs a crash for what is only a wrong address.
+    """
+
+    async def connect(self) -> None:
+        await self.close(code=4404)
