@@ -22,25 +22,26 @@ long as Redis is away would be the worse outage.
 
 from __future__ import annotations
 
-import logging
 import math
+import time
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
+from django.core.cache import cache
 from rest_framework.exceptions import Throttled
 from rest_framework.settings import api_settings
-from rest_framework.throttling import AnonRateThrottle, BaseThrottle, SimpleRateThrottle
+from rest_framework.throttling import AnonRateThrottle, BaseThrottle
 
-logger = logging.getLogger(__name__)
-CACHE_UNREACHABLE = "rate limits not enforced: the cache is unreachable"
+# DRF's key for a scope's window, so that DRF's throttles and ours can count in the same one.
+CACHE_KEY_FORMAT = "throttle_%(scope)s_%(ident)s"
+_PERIOD_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def client_address(*, remote_addr: str | None, forwarded_for: str | None) -> str | None:
     """The client's address as DRF's throttles see it, for requests and WebSocket handshakes alike."""
     headers = {"x-forwarded-for": forwarded_for} if forwarded_for is not None else {}
     shim = SimpleNamespace(headers=headers, META={"REMOTE_ADDR": remote_addr})
-    address: str | None = BaseThrottle().get_ident(shim)
-    return address
+    return cast(str | None, BaseThrottle().get_ident(cast(Any, shim)))
 
 
 def request_address(request: Any) -> str | None:
@@ -50,61 +51,58 @@ def request_address(request: Any) -> str | None:
     )
 
 
-class _CurrentRates:
-    """Reads the rate of the throttle's scope from the settings in force now (DRF reads them once, at import)."""
-
-    scope: str
-
-    def get_rate(self) -> str | None:
-        rate: str | None = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
-        return rate
+def current_rate(scope: str) -> str | None:
+    """The scope's rate in the settings in force now (DRF's throttles read them once, at import)."""
+    return cast(str | None, api_settings.DEFAULT_THROTTLE_RATES.get(scope))
 
 
-class PasswordLoginThrottle(_CurrentRates, AnonRateThrottle):
+class PasswordLoginThrottle(AnonRateThrottle):
     """Every password attempt at `POST /api/v1/tokens/`, per client address."""
 
     scope = "login"
 
-    def allow_request(self, request: Any, view: Any) -> bool:
-        try:
-            return super().allow_request(request, view)
-        except Exception:  # the cache backend's own errors (redis-py's for Redis)
-            logger.warning(CACHE_UNREACHABLE, exc_info=True)
-            return True
+    def get_rate(self) -> str | None:
+        return current_rate(self.scope)
 
 
-class FailureThrottle(_CurrentRates, SimpleRateThrottle):
-    """Counts failures only, per client address; the window is the same list of times DRF's throttles keep."""
+class FailureThrottle:
+    """Counts failures only, per client address, in the same list of times DRF's throttles keep."""
+
+    scope = ""
+
+    def __init__(self) -> None:
+        rate = current_rate(self.scope)
+        self.limit: int | None = None
+        self.window_seconds = 0
+        if rate:
+            count, period = rate.split("/")
+            self.limit, self.window_seconds = int(count), _PERIOD_SECONDS[period[0]]
 
     def blocked_for(self, address: str | None) -> int | None:
         """Seconds until `address` may try again; None while it is under the limit."""
-        if self.num_requests is None or self.duration is None or address is None:
+        if self.limit is None or address is None:
             return None
-        now = self.timer()
-        try:
-            history = self.cache.get(self._key(address), [])
-        except Exception:  # the cache backend's own errors (redis-py's for Redis)
-            logger.warning(CACHE_UNREACHABLE, exc_info=True)
-            return None
-        recent = [moment for moment in history if moment > now - self.duration]
-        if len(recent) < self.num_requests:
+        now = time.time()
+        recent = self._recent(address, now)
+        if len(recent) < self.limit:
             return None
         # The window has room again when the oldest failure that fills it leaves it.
-        frees_at = recent[self.num_requests - 1] + self.duration
+        frees_at = recent[self.limit - 1] + self.window_seconds
         return max(1, math.ceil(frees_at - now))
 
     def record_failure(self, address: str | None) -> None:
-        if self.num_requests is None or self.duration is None or address is None:
+        if self.limit is None or address is None:
             return
-        key, now = self._key(address), self.timer()
-        try:
-            history = [moment for moment in self.cache.get(key, []) if moment > now - self.duration]
-            self.cache.set(key, [now, *history], self.duration)
-        except Exception:  # the cache backend's own errors (redis-py's for Redis)
-            logger.warning(CACHE_UNREACHABLE, exc_info=True)
+        now = time.time()
+        cache.set(self._key(address), [now, *self._recent(address, now)], self.window_seconds)
+
+    def _recent(self, address: str, now: float) -> list[float]:
+        """The failures still in the window, newest first."""
+        history: list[float] = cache.get(self._key(address), [])
+        return [moment for moment in history if moment > now - self.window_seconds]
 
     def _key(self, address: str) -> str:
-        return self.cache_format % {"scope": self.scope, "ident": address}
+        return CACHE_KEY_FORMAT % {"scope": self.scope, "ident": address}
 
 
 class LoginFailureThrottle(FailureThrottle):

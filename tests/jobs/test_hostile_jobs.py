@@ -74,6 +74,7 @@ def test_metacharacters_reach_slurm_and_the_job_verbatim_and_nothing_runs(
 
     assert job.state == JobState.COMPLETED, (job.state, job.last_error, job.state_reason)
     assert job.name == name
+    assert job.slurm_job_id is not None
     assert slurm_client_for(job.cluster).get_job(job_id=job.slurm_job_id).name == name
     dumped = _dumped(Path(job.stdout_path).read_bytes())
     assert dumped["SCRIPT"] == script.encode()
