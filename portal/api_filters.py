@@ -18,7 +18,7 @@ class UtcIsoDateTimeField(IsoDateTimeField):  # type: ignore[misc]
     """
 
     def to_python(self, value: Any) -> datetime | None:
-        parsed = super().to_python(value)
+        parsed: datetime | None = super().to_python(value)
         if parsed is None:
             return None
         try:
