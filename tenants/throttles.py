@@ -22,6 +22,7 @@ long as Redis is away would be the worse outage.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from types import SimpleNamespace
@@ -31,6 +32,9 @@ from django.core.cache import cache
 from rest_framework.exceptions import Throttled
 from rest_framework.settings import api_settings
 from rest_framework.throttling import AnonRateThrottle, BaseThrottle
+
+logger = logging.getLogger(__name__)
+CACHE_UNREACHABLE = "rate limits not enforced: the cache is unreachable"
 
 # DRF's key for a scope's window, so that DRF's throttles and ours can count in the same one.
 CACHE_KEY_FORMAT = "throttle_%(scope)s_%(ident)s"
@@ -64,6 +68,13 @@ class PasswordLoginThrottle(AnonRateThrottle):
     def get_rate(self) -> str | None:
         return current_rate(self.scope)
 
+    def allow_request(self, request: Any, view: Any) -> bool:
+        try:
+            return super().allow_request(request, view)
+        except Exception:  # the cache backend's own errors (redis-py's for Redis)
+            logger.warning(CACHE_UNREACHABLE, exc_info=True)
+            return True
+
 
 class FailureThrottle:
     """Counts failures only, per client address, in the same list of times DRF's throttles keep."""
@@ -83,7 +94,11 @@ class FailureThrottle:
         if self.limit is None or address is None:
             return None
         now = time.time()
-        recent = self._recent(address, now)
+        try:
+            recent = self._recent(address, now)
+        except Exception:  # the cache backend's own errors (redis-py's for Redis)
+            logger.warning(CACHE_UNREACHABLE, exc_info=True)
+            return None
         if len(recent) < self.limit:
             return None
         # The window has room again when the oldest failure that fills it leaves it.
@@ -94,7 +109,10 @@ class FailureThrottle:
         if self.limit is None or address is None:
             return
         now = time.time()
-        cache.set(self._key(address), [now, *self._recent(address, now)], self.window_seconds)
+        try:
+            cache.set(self._key(address), [now, *self._recent(address, now)], self.window_seconds)
+        except Exception:  # the cache backend's own errors (redis-py's for Redis)
+            logger.warning(CACHE_UNREACHABLE, exc_info=True)
 
     def _recent(self, address: str, now: float) -> list[float]:
         """The failures still in the window, newest first."""
