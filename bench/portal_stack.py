@@ -308,6 +308,10 @@ class Portal:
         """The process id of `web`, `worker` or `beat`."""
         return self._processes[name].pid
 
+    def is_running(self, name: str) -> bool:
+        """Whether `web`, `worker` or `beat` is still running (a fault may have made it exit)."""
+        return self._processes[name].poll() is None
+
     def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
         """Send `sig` to the whole process group of `web`, `worker` or `beat` (a worker's pool processes
         too), and wait until its leader is gone: a fault drill's crash."""

@@ -119,6 +119,11 @@ def _check_submissions(report: LedgerReport, submissions: Sequence[Submission], 
     )
     for submission in unanswered:
         report.fail("never answered by the portal", f"#{submission.number} {submission.problems[-1:]}")
+    for submission in submissions:
+        crashes = [problem for problem in submission.problems if problem.startswith("HTTP 5")]
+        # 503 is a clear "not now, try again"; any other 5xx is the portal failing, even if a retry then worked.
+        if any(not problem.startswith("HTTP 503") for problem in crashes):
+            report.fail("answered with a server error (other than 503)", f"#{submission.number} {crashes[0][:120]}")
     for submission in refused:
         if not submission.refusal:
             report.fail("refused without a reason", f"#{submission.number} HTTP {submission.status}")
@@ -204,7 +209,7 @@ def _check_jobs(
                 report.fail(
                     "not in Slurm exactly once", f"{label} Slurm job {job.slurm_job_id}, found {sorted(in_slurm)}"
                 )
-        elif job.state not in (JobState.REJECTED, JobState.CANCELLED):
+        elif job.state in FINAL_JOB_STATES and job.state not in (JobState.REJECTED, JobState.CANCELLED):
             report.fail("final without reaching Slurm, neither rejected nor cancelled", f"{label} {job.state}")
         elif any(records.get(slurm_id) is None or records[slurm_id].elapsed_seconds > 0 for slurm_id in in_slurm):
             report.fail("never reached Slurm in the portal, but ran there", f"{label} Slurm {sorted(in_slurm)}")
