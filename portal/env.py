@@ -66,6 +66,9 @@ def database_from_url(url: str) -> dict[str, object]:
         "PASSWORD": unquote(parts.password or ""),
         "HOST": parts.hostname or "127.0.0.1",
         "PORT": str(parts.port or 5432),
-        "CONN_MAX_AGE": 60,
+        # 0: closed at the end of each request. Under ASGI each request does its database work in a thread of
+        # its own, and a connection kept for reuse outlives that thread: under load PostgreSQL soon refuses new
+        # clients ("too many clients already"). Raise it only for a WSGI server or with a pooler in front.
+        "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 0),
         "CONN_HEALTH_CHECKS": True,
     }
