@@ -3,13 +3,16 @@
 `message` is one sentence a person can act on; `fields` maps each input field to its problems (empty when
 the error is not about a field; `non_field_errors` holds problems of the input as a whole). DRF's own
 errors, Django's `ValidationError`/`Http404`/`PermissionDenied` raised by services and selectors, and
-unknown routes or crashes under `/api/` all come out in this shape.
+unknown routes, requests Django refuses (too large, a foreign Host) or crashes under `/api/` all come out in
+this shape.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import DisallowedHost, RequestDataTooBig, TooManyFieldsSent
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -137,6 +140,30 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception or Http404())
+
+
+def _bad_request_message(exception: Exception) -> str:
+    if isinstance(exception, RequestDataTooBig):
+        limit_mb = settings.DATA_UPLOAD_MAX_MEMORY_SIZE / (1024 * 1024)
+        return f"The request body is larger than the {limit_mb:.1f} MB the portal accepts; send less."
+    if isinstance(exception, TooManyFieldsSent):
+        return (
+            f"The request has more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} parameters; "
+            "send fewer query parameters or form fields."
+        )
+    if isinstance(exception, DisallowedHost):
+        return "The request's Host header names a host this portal does not serve; use the portal's own address."
+    return "The portal could not read this request; check its address, headers and body."
+
+
+def handler400(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Requests Django refuses before any view runs (a body too large, too many parameters, a foreign Host)."""
+    if _wants_json(request):
+        body = error_body(code="bad_request", message=_bad_request_message(exception))
+        return JsonResponse(body, status=status.HTTP_400_BAD_REQUEST)
+    from django.views.defaults import bad_request
+
+    return bad_request(request, exception)
 
 
 def handler500(request: HttpRequest) -> HttpResponse:

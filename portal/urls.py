@@ -24,5 +24,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
 
+handler400 = "portal.api_errors.handler400"
 handler404 = "portal.api_errors.handler404"
 handler500 = "portal.api_errors.handler500"

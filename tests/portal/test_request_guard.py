@@ -1,4 +1,5 @@
-"""A NUL character anywhere in the address or the cookies is a 400 that says so, never a database error."""
+"""Requests refused before any view runs: a NUL character anywhere in the address or the cookies, too many
+parameters, a body too large, a foreign Host. Each is a 400 that says why (in the error shape under /api/)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,27 @@ def test_a_page_address_with_a_nul_character_is_a_plain_400(admin_client: Client
     assert response.status_code == 400
     assert response.content.decode() == MESSAGE.format(where="address")
     assert admin_client.get("/api/v1/tenants/acme/").status_code == 200
+
+
+def test_requests_django_refuses_before_the_api_are_answered_in_the_error_shape(admin_client: Client) -> None:
+    too_many = "&".join(f"a{index}=1" for index in range(1001))
+    refused = {
+        "parameters": admin_client.get(f"/api/v1/jobs/?{too_many}"),
+        "body": admin_client.post("/api/v1/jobs/", "x" * (3 * 1024 * 1024), content_type="application/json"),
+        "host": admin_client.get("/api/v1/me/", headers={"Host": "evil.example"}),
+    }
+
+    assert {name: (response.status_code, response.json()["code"]) for name, response in refused.items()} == {
+        name: (400, "bad_request") for name in refused
+    }
+    assert refused["parameters"].json()["message"] == (
+        "The request has more than 1000 parameters; send fewer query parameters or form fields."
+    )
+    assert refused["body"].json()["message"] == (
+        "The request body is larger than the 2.5 MB the portal accepts; send less."
+    )
+    assert refused["host"].json()["message"] == (
+        "The request's Host header names a host this portal does not serve; use the portal's own address."
+    )
+    # Pages keep Django's own answer.
+    assert admin_client.get(f"/?{too_many}").status_code == 400
