@@ -6,11 +6,15 @@ from __future__ import annotations
 import base64
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
 
 from jobs.clusters import slurm_client_for
 from jobs.models import JobState
+from tenants.services import token_create
 from tests.jobs.conftest import LiveProject
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -82,6 +86,52 @@ def test_metacharacters_reach_slurm_and_the_job_verbatim_and_nothing_runs(
     assert {key: dumped[key] for key in values} == {key: value.encode() for key, value in values.items()}
     assert Path(job.stderr_path).read_bytes() == b""
     assert not Path(marker).exists()
+
+
+# Run in the job's directory (its working directory), as its user: Slurm has opened the files already, the
+# links replace their names. The portal runs as root here, so following them would read the host's secrets.
+LINKING_SCRIPT = """#!/bin/bash
+echo "output before the links"
+ln -sf /etc/shadow stdout.log
+ln -sf /etc/passwd stderr.log
+"""
+
+
+def test_a_job_that_links_its_output_to_host_secrets_gets_them_served_nowhere(
+    live_project: LiveProject, celery_worker: str
+) -> None:
+    reply = live_project.submit(name="linker", script=LINKING_SCRIPT)
+    job = live_project.wait_for(reply["id"], lambda job: job.is_final)
+    assert job.state == JobState.COMPLETED, (job.state, job.last_error)
+    assert Path(job.stdout_path).is_symlink()
+    _, secret = token_create(user=live_project.member, name="linker")
+
+    for stream in ("stdout", "stderr"):
+        response = live_project.api.get(f"/api/v1/jobs/{job.pk}/log/?stream={stream}")
+        assert response.status_code == 403
+        assert set(response.json()) == {"code", "message", "fields"}
+        assert b"root:" not in response.content
+
+    async def live_log() -> list[dict[str, Any]]:
+        from portal.asgi import application
+
+        headers = [(b"authorization", f"Bearer {secret}".encode())]
+        socket = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/log/", headers=headers)
+        connected, _ = await socket.connect(timeout=10)
+        assert connected
+        messages: list[dict[str, Any]] = []
+        while not messages or messages[-1]["type"] != "log.end":
+            messages.append(await socket.receive_json_from(timeout=10))
+        await socket.disconnect()
+        return messages
+
+    messages = async_to_sync(live_log)()
+    assert [(message["type"], message.get("stream")) for message in messages] == [
+        ("log.error", "stdout"),
+        ("log.error", "stderr"),
+        ("log.end", None),
+    ]
+    assert "root:" not in repr(messages)
 
 
 @pytest.mark.parametrize(
