@@ -23,7 +23,7 @@ from django.test import Client
 
 from portal.routing import websocket_urlpatterns
 from tenants.models import ApiToken, AuditEvent, ProjectMembership, TenantMembership
-from tenants.services import project_member_remove, tenant_member_remove, token_create
+from tenants.services import project_member_remove, tenant_member_change_role, tenant_member_remove, token_create
 from tests.factories import PASSWORD, add_project_member, add_tenant_member, make_user
 from tests.isolation_rules import ROLES, Case
 from tests.jobs.test_log_socket import SAME_ORIGIN, LogJob, download, log_job, session_cookie
@@ -651,3 +651,27 @@ def test_a_member_still_allowed_keeps_their_sockets_when_someone_else_is_removed
     codes = async_to_sync(remove_other)()
 
     assert codes == dict.fromkeys(sockets.sockets, None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tenant_admin_demoted_to_member_stops_watching_projects_they_are_not_in(log_job: LogJob) -> None:
+    project = log_job.job.project
+    admin, demoted = make_user(), make_user()
+    add_tenant_member(project.tenant, admin, "admin")
+    membership = add_tenant_member(project.tenant, demoted, "admin")
+    _, secret = token_create(user=demoted, name="scripts")
+
+    async def demote_while_watching() -> int | None:
+        from portal.asgi import application
+
+        headers = [(b"authorization", f"Bearer {secret}".encode())]
+        path = f"/ws/projects/{project.tenant.slug}/{project.slug}/jobs/"
+        socket = WebsocketCommunicator(application, path, headers=headers)
+        connected, _ = await socket.connect(timeout=5)
+        assert connected
+        await _in_thread(lambda: tenant_member_change_role(actor=admin, membership=membership, role="member"))
+        while (output := await socket.receive_output(timeout=5))["type"] != "websocket.close":
+            pass
+        return output.get("code")  # type: ignore[no-any-return]
+
+    assert async_to_sync(demote_while_watching)() == 4403
