@@ -41,16 +41,21 @@ def _error_response() -> dict[str, Any]:
     return {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}, "description": ""}
 
 
+# 429: too many unknown bearer tokens (or, at POST /api/v1/tokens/, passwords) from one address.
+SCHEMA_ERROR_CODES = (*ERROR_CODES, 429)
+
+
 def schema_errors_everywhere(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """drf-spectacular postprocessing hook: every operation documents the errors any operation can give.
 
-    A list answers 404 for a page past its end, 400 for a bad filter, 401 for a revoked token and 403 when
-    a role does not allow it, whether or not its view lists `ERRORS`; clients generated from the schema
-    must expect them everywhere. Views still document their own extra codes (409, 429).
+    A list answers 404 for a page past its end, 400 for a bad filter, 401 for a revoked token, 403 when
+    a role does not allow it and 429 while its address is held back for guessing tokens, whether or not
+    its view lists `ERRORS`; clients generated from the schema must expect them everywhere. Views still
+    document their own extra codes (409).
     """
     for operations in result.get("paths", {}).values():
         for operation in operations.values():
-            for code in ERROR_CODES:
+            for code in SCHEMA_ERROR_CODES:
                 operation["responses"].setdefault(str(code), _error_response())
     return result
 

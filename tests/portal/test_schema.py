@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -43,3 +44,20 @@ def test_a_page_past_the_end_of_a_list_is_a_documented_error(client: Client) -> 
 
     assert (response.status_code, response.json()["code"]) == (404, "not_found")
     assert_matches_schema(response, method="GET", path_template="/api/v1/tokens/")
+
+
+@pytest.mark.django_db
+def test_an_address_held_back_for_guessing_tokens_gets_a_documented_429(client: Client, settings: Any) -> None:
+    # A cache of this test's own: the guessing counter must not hold back other test runs on this machine.
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {**settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], "token_guess": "1/min"},
+    }
+    wrong = {"Authorization": "Bearer gpp_wrong"}
+    assert client.get("/api/v1/jobs/", headers=wrong).status_code == 401
+
+    response = client.get("/api/v1/jobs/", headers=wrong)
+
+    assert (response.status_code, response.json()["code"]) == (429, "throttled")
+    assert_matches_schema(response, method="GET", path_template="/api/v1/jobs/")
