@@ -103,7 +103,8 @@ def _moment(text: str) -> datetime:
         day = date.fromisoformat(text)
         return datetime(day.year, day.month, day.day, tzinfo=UTC)
     moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    # In UTC: PostgreSQL refuses offsets past 15:59 that Python accepts.
+    return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 class MomentField(forms.CharField):
@@ -119,7 +120,7 @@ class MomentField(forms.CharField):
             return None
         try:
             return _moment(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise ValidationError("Give a date (2026-12-01) or a date and time (2026-12-01T08:00).") from None
 
 

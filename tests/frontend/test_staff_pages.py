@@ -434,3 +434,17 @@ def test_a_done_reconciliation_report_shows_its_summary_and_findings(world: Worl
     assert "<td>4242</td>" in html
     assert "<td>ran as carol</td>" in html
     assert _client(world.tenant_admin).get(f"/staff/reconciliation/{report.pk}/").status_code == 403
+
+
+def test_a_rate_from_a_moment_with_any_offset_is_stored_in_utc(world: World) -> None:
+    client = _client(world.staff)
+    form = {"cluster": "staffcluster", "gpu_type": "h100", "price_per_gpu_hour": "3", "currency": "EUR"}
+
+    # +16:00 is valid for Python but out of range for PostgreSQL: it used to be a 500.
+    created = client.post("/staff/rates/", {**form, "valid_from": "2099-03-01T00:00:00+16:00"})
+    too_early = client.post("/staff/rates/", {**form, "valid_from": "0001-01-01T00:00:00+01:00"})
+
+    assert created.status_code == 302
+    assert [rate.valid_from.isoformat() for rate in Rate.objects.all()] == ["2099-02-28T08:00:00+00:00"]
+    assert too_early.status_code == 400
+    assert "Give a date (2026-12-01) or a date and time (2026-12-01T08:00)." in _html(too_early)
