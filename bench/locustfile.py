@@ -1,0 +1,147 @@
+"""The load test's researchers, for locust (run by `bench/load.py`, which prepares the world they log in to).
+
+Each simulated user is one researcher of the world file (`LOAD_WORLD`): they sign in through the login form as
+a browser does (CSRF cookie and form field), then browse pages, list and read jobs over the REST API with their
+token, and now and then submit a one-second job with an Idempotency-Key. Routes are named by their template
+(`/jobs/[id]/`) so the statistics group per route. Never imported by Django or pytest: locust patches the
+standard library with gevent when it starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from locust import HttpUser, between, events, task
+
+WORLD: dict[str, Any] = json.loads(Path(os.environ["LOAD_WORLD"]).read_text())
+_RESEARCHERS = itertools.cycle(WORLD["researchers"])
+_CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
+# Pages an API list client looks at before it stops following `next`.
+API_PAGES_FOLLOWED = 3
+JOB_SCRIPT = "#!/bin/bash\nsleep 1\n"
+# Ids of the jobs the portal accepted (202), written to LOAD_ACCEPTED when locust quits: bench/load.py checks
+# that each of them reached Slurm, and tells them from jobs whose answer never arrived.
+ACCEPTED: list[str] = []
+
+
+def accepted_write(**_: Any) -> None:
+    Path(os.environ["LOAD_ACCEPTED"]).write_text(json.dumps(ACCEPTED))
+
+
+events.quitting.add_listener(accepted_write)  # type: ignore[no-untyped-call]
+
+
+class Researcher(HttpUser):
+    wait_time = between(1, 3)
+
+    def on_start(self) -> None:
+        self.me = next(_RESEARCHERS)
+        self.job_ids: list[str] = list(self.me["job_ids"])
+        self.submitted = 0
+        self.log_in()
+
+    def log_in(self) -> None:
+        form = self.client.get("/login/", name="/login/")
+        found = _CSRF_FIELD.search(form.text)
+        with self.client.post(
+            "/login/",
+            name="/login/ (sign in)",
+            data={
+                "username": self.me["username"],
+                "password": self.me["password"],
+                "csrfmiddlewaretoken": found.group(1) if found else "",
+            },
+            headers={"Referer": f"{self.host}/login/"},
+            catch_response=True,
+        ) as response:
+            # A refused login answers 200 with the form again; a good one redirects to the dashboard.
+            if response.url is None or response.url.rstrip("/").endswith("/login"):
+                response.failure(f"{self.me['username']} could not sign in (HTTP {response.status_code})")
+
+    def api(self, method: str, path: str, *, name: str, **kwargs: Any) -> Any:
+        headers = {"Authorization": f"Bearer {self.me['token']}", **kwargs.pop("headers", {})}
+        return self.client.request(method, path, name=name, headers=headers, **kwargs)
+
+    # Pages ---------------------------------------------------------------------------------------------
+
+    @task(3)
+    def dashboard(self) -> None:
+        self.client.get("/", name="/")
+
+    @task(3)
+    def job_list_page(self) -> None:
+        page = random.choice((1, 1, 1, 2, 3))
+        self.client.get(f"/jobs/?page={page}", name="/jobs/?page=[n]")
+
+    @task(3)
+    def job_page(self) -> None:
+        self.client.get(f"/jobs/{random.choice(self.job_ids)}/", name="/jobs/[id]/")
+
+    @task(1)
+    def project_list_page(self) -> None:
+        self.client.get("/projects/", name="/projects/")
+
+    @task(2)
+    def project_page(self) -> None:
+        self.client.get(f"/projects/{self.me['project']}/", name="/projects/[tenant]/[project]/")
+
+    @task(1)
+    def cluster_list_page(self) -> None:
+        self.client.get("/clusters/", name="/clusters/")
+
+    @task(1)
+    def billing_page(self) -> None:
+        if self.me["is_manager"]:  # billing shows spend to managers and tenant admins only
+            self.client.get("/billing/", name="/billing/")
+
+    # REST API ------------------------------------------------------------------------------------------
+
+    @task(4)
+    def api_job_list(self) -> None:
+        """Page through the project's jobs the way a script does: follow `next` for a few pages."""
+        path: str | None = f"/api/v1/jobs/?project={self.me['project']}"
+        for _ in range(API_PAGES_FOLLOWED):
+            if path is None:
+                return
+            response = self.api("GET", path, name="/api/v1/jobs/?project=[project]&page=[n]")
+            if not response.ok:
+                return
+            path = response.json()["next"]
+
+    @task(3)
+    def api_job_detail(self) -> None:
+        self.api("GET", f"/api/v1/jobs/{random.choice(self.job_ids)}/", name="/api/v1/jobs/[id]/")
+
+    @task(1)
+    def api_job_submit(self) -> None:
+        self.submitted += 1
+        body = {
+            "project": self.me["project"],
+            "cluster": WORLD["cluster"],
+            "partition": WORLD["partition"],
+            "gpus": 1,
+            "time_limit_minutes": 1,
+            "name": f"{WORLD['job_name_prefix']}{self.me['username']}-{self.submitted}",
+            "script": JOB_SCRIPT,
+        }
+        with self.api(
+            "POST",
+            "/api/v1/jobs/",
+            name="/api/v1/jobs/",
+            json=body,
+            headers={"Idempotency-Key": str(uuid.uuid4())},
+            catch_response=True,
+        ) as response:
+            if response.status_code != 202:
+                response.failure(f"submit answered {response.status_code}: {response.text[:300]}")
+                return
+            job_id = response.json()["id"]
+            ACCEPTED.append(job_id)
+            self.job_ids.append(job_id)
