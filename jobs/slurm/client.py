@@ -456,8 +456,11 @@ class SlurmClient:
         text = "; ".join(str(message) for message in errors) or f"slurmrestd answered HTTP {status_code}"
         numbers = {message.error_number for message in errors if message.error_number}
         if any(self.codec.is_auth_failure(message) for message in errors):
+            # 22.05 answers alike when slurmctld is down (measured in the slurmctld drill: HTTP 500 after ~9 s)
+            # and when it refuses the token: name both, or an outage reads as a key problem.
             return SlurmAuthError(
-                f"slurmctld refused the token (expired, or not signed with the cluster's key): {text}",
+                "slurmctld did not answer, or refused the token: slurmrestd reports both the same way. Check that "
+                f"slurmctld is running, then the cluster's JWT key and the clocks: {text}",
                 messages=errors,
                 status_code=status_code,
             )

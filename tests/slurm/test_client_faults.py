@@ -73,6 +73,29 @@ def test_replies_become_typed_errors_carrying_slurms_message(
         assert str(error.get("error") or error.get("description")) in str(raised.value)
 
 
+def test_a_listing_while_slurmctld_is_down_names_the_outage_not_only_the_token(key_file: Path) -> None:
+    # What 22.05 answered GET /jobs with while the slurmctld drill had the controller stopped; an expired
+    # token gets the same answer (test_an_expired_token_is_an_auth_error), so the message names both.
+    down = [
+        {
+            "description": "Failed while looking for jobs",
+            "error_number": -1,
+            "error": "Unspecified error",
+            "source": "slurm_load_jobs",
+        }
+    ]
+    client = client_with(httpx.MockTransport(lambda request: v38_reply(500, down)), key_file)
+
+    with pytest.raises(SlurmAuthError) as raised:
+        client.list_jobs()
+
+    assert str(raised.value).startswith(
+        "slurmctld did not answer, or refused the token: slurmrestd reports both the same way. "
+        "Check that slurmctld is running, then the cluster's JWT key and the clocks: "
+        "Unspecified error: Failed while looking for jobs"
+    )
+
+
 def test_retryable_and_terminal_errors_say_which_they_are(key_file: Path) -> None:
     outage = client_with(httpx.MockTransport(lambda request: v38_reply(503, [])), key_file)
     refusal = client_with(
