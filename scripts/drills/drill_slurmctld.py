@@ -54,6 +54,7 @@ def outage(drill: harness.Drill, api: httpx.Client) -> tuple[float | None, list[
     the outage), and the jobs that became failed or lost meanwhile."""
     started = time.monotonic()
     shown_at: float | None = None
+    sync_failed = False
     wrongly_ended: list[str] = []
     bad_states = (JobState.FAILED, JobState.NODE_FAIL, JobState.REJECTED, JobState.CANCELLED, JobState.TIMEOUT)
     while True:
@@ -65,6 +66,12 @@ def outage(drill: harness.Drill, api: httpx.Client) -> tuple[float | None, list[
             shown_at = elapsed
             error = Cluster.objects.get(name="local").last_ping_error
             drill.say(f"portal shows cluster local unreachable (ok=false, checked {view['checked_at']}): {error[:160]}")
+        sync_error = Cluster.objects.get(name="local").jobs_sync_error
+        if sync_error and not sync_failed:
+            sync_failed = True
+            drill.say(
+                f"the portal's job sync failed {elapsed:.0f} s into the outage, job states kept: {sync_error[:160]}"
+            )
         ended = Job.objects.filter(project=drill.world.project, state__in=bad_states)
         wrongly_ended = [f"{str(job.pk)[:8]} {job.state}: {job.last_error[:100]}" for job in ended]
         time.sleep(1)
@@ -82,9 +89,7 @@ def run(drill: harness.Drill) -> bool:
         drill.say("slurmctld stopped (scripts/cluster.sh stop slurmctld)")
         try:
             shown_at, wrongly_ended = outage(drill, api)
-            sync_error = Cluster.objects.get(name="local").jobs_sync_error
-            drill.say(f"during the outage: {states_text(states(drill))}; {burst.accepted} accepted")
-            drill.say(f"  the job sync's last error: {sync_error[:200] or '(none)'}")
+            drill.say(f"end of the outage: {states_text(states(drill))}; {burst.accepted} accepted")
         finally:
             harness.cluster_up()
         drill.say("slurmctld started again (scripts/cluster.sh up)")
