@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -326,9 +327,18 @@ class Portal:
 
         self._start(name, self._commands[name])
         deadline = time.monotonic() + timeout_seconds
-        while name == "worker" and not celery_app.control.ping(destination=[self.worker_name], timeout=0.5):
+        while name == "worker" and not self._worker_answers(celery_app):
             if self._processes[name].poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the restarted Celery worker does not answer; logs in {self.log_dir}")
+
+    def _worker_answers(self, celery_app: Any) -> bool:
+        """Whether the worker answers a ping, over a connection of its own: after a broker restart the pooled
+        connections of this process are broken."""
+        with celery_app.connection_for_write() as connection:
+            try:
+                return bool(celery_app.control.ping(destination=[self.worker_name], timeout=0.5, connection=connection))
+            except connection.connection_errors:
+                return False
 
     def start(self, *, timeout_seconds: float = 60) -> None:
         import httpx

@@ -88,9 +88,14 @@ def _answers(client: redis.Redis) -> bool:
 def run(drill: harness.Drill) -> bool:
     burst = Burst.start(drill)
     burst.wait_accepted(ACCEPTED_BEFORE_FAULT)
-    queued = Job.objects.filter(project=drill.world.project, state=JobState.QUEUED).count()
+    # While a delivery is in flight: the worker then holds an unacknowledged message when the broker goes.
+    in_flight = harness.wait_for_delivery_in_flight(drill)
     redis_stop()
-    drill.say(f"Redis shut down (nosave) after {burst.accepted} accepted, {queued} jobs queued; down {DOWN_SECONDS} s")
+    queued = Job.objects.filter(project=drill.world.project, state=JobState.QUEUED).count()
+    drill.say(
+        f"Redis shut down (nosave) after {burst.accepted} accepted, {in_flight} deliveries in flight, "
+        f"{queued} jobs queued; down {DOWN_SECONDS} s"
+    )
     time.sleep(DOWN_SECONDS)
     answered = burst.answered
     redis_start()
@@ -119,7 +124,6 @@ def all_survived(drill: harness.Drill) -> bool:
 
 if __name__ == "__main__":
     redis_start()
-    try:
-        harness.main("redis", f"Redis shut down for {DOWN_SECONDS} s mid-burst and started again empty", run)
-    finally:
-        redis_stop()
+    harness.main(
+        "redis", f"Redis shut down for {DOWN_SECONDS} s mid-burst and started again empty", run, after=redis_stop
+    )

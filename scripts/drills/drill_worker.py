@@ -13,7 +13,6 @@ import time
 
 import harness  # first: sets up Django on the drill's database
 from burst import Burst
-from django.utils import timezone
 from ledger import ledger_check
 
 from jobs.models import Job, JobState, JobTransition
@@ -22,19 +21,10 @@ ACCEPTED_BEFORE_FAULT = 40
 DOWN_SECONDS = 10
 
 
-def delivering(drill: harness.Drill) -> int:
-    """Jobs a worker holds the lease of right now: a kill at this moment interrupts their delivery."""
-    return Job.objects.filter(
-        project=drill.world.project, state=JobState.QUEUED, submit_lease_until__gt=timezone.now()
-    ).count()
-
-
 def run(drill: harness.Drill) -> bool:
     burst = Burst.start(drill)
     burst.wait_accepted(ACCEPTED_BEFORE_FAULT)
-    # Kill while a delivery is in flight (a lease held), if one shows within a few seconds.
-    harness.wait_for(lambda: delivering(drill) > 0, timeout_seconds=5, poll_seconds=0.005)
-    in_flight = delivering(drill)
+    in_flight = harness.wait_for_delivery_in_flight(drill)
     drill.portal.kill("worker")
     queued = Job.objects.filter(project=drill.world.project, state=JobState.QUEUED).count()
     drill.say(

@@ -62,6 +62,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import portal_stack as stack  # noqa: E402  (sets up Django on the drill's database)
 from django.utils import timezone  # noqa: E402
 
+from jobs.models import Job, JobState  # noqa: E402
 from jobs.slurm import SlurmClient  # noqa: E402
 
 
@@ -93,7 +94,7 @@ class Drill:
     @property
     def account(self) -> str:
         """The project's Slurm account, which holds every job of the drill."""
-        return self.world.project.slurm_account
+        return str(self.world.project.slurm_account)
 
 
 def cluster_daemon_stop(daemon: str) -> None:
@@ -124,6 +125,19 @@ def wait_for(condition: Callable[[], bool], *, timeout_seconds: float, poll_seco
             return False
         time.sleep(poll_seconds)
     return True
+
+
+def deliveries_in_flight(drill: Drill) -> int:
+    """Jobs a worker holds the delivery lease of right now: a fault at this moment interrupts their delivery."""
+    return Job.objects.filter(
+        project=drill.world.project, state=JobState.QUEUED, submit_lease_until__gt=timezone.now()
+    ).count()
+
+
+def wait_for_delivery_in_flight(drill: Drill, *, timeout_seconds: float = 5) -> int:
+    """Wait (briefly) until a delivery is in flight, so the fault that follows hits one; how many there are."""
+    wait_for(lambda: deliveries_in_flight(drill) > 0, timeout_seconds=timeout_seconds, poll_seconds=0.005)
+    return deliveries_in_flight(drill)
 
 
 @contextlib.contextmanager
@@ -162,8 +176,16 @@ def _cleanup(*, world: stack.World, portal: stack.Portal, slurm: SlurmClient, ti
     timeline.say("cleaned up: portal stopped, cluster restored, Slurm jobs and account removed")
 
 
-def main(name: str, fault: str, run: Callable[[Drill], bool], *, worker_concurrency: int = 2) -> None:
-    """Run one drill and exit 0 when it passed, 1 when it failed (or crashed)."""
+def main(
+    name: str,
+    fault: str,
+    run: Callable[[Drill], bool],
+    *,
+    worker_concurrency: int = 2,
+    after: Callable[[], None] | None = None,
+) -> None:
+    """Run one drill, then `after` (the drill's own cleanup), and exit 0 when it passed, 1 when it failed or
+    crashed. The exit is immediate: client threads still retrying against a stopped portal must not hold it up."""
     print(f"=== drill {name}: {fault}", flush=True)
     timeline = Timeline()
     passed = False
@@ -173,5 +195,8 @@ def main(name: str, fault: str, run: Callable[[Drill], bool], *, worker_concurre
     except Exception:  # a crashed drill is a failed drill; its traceback says why
         traceback.print_exc()
         passed = False
+    if after is not None:
+        after()
     print(f"=== drill {name}: {'PASS' if passed else 'FAIL'}", flush=True)
-    sys.exit(0 if passed else 1)
+    sys.stderr.flush()
+    os._exit(0 if passed else 1)
