@@ -34,6 +34,7 @@ from jobs.models import (
     JobTransition,
 )
 from jobs.paths import JobDirectoryError, job_directory_prepare
+from jobs.services import cluster_unreachable_record
 from jobs.slurm import SlurmClient, SlurmError, SlurmNotFound, SlurmRetryableError, SlurmTerminalError, SlurmTimeout
 from jobs.slurm.types import AccountingRecord, JobSubmission, SlurmJob
 from jobs.slurm.types import JobState as SlurmState
@@ -172,6 +173,8 @@ def _retry_later(job: Job, exc: SlurmError) -> Delivery:
         next_attempt_at=timezone.now() + timedelta(seconds=delay),
         updated_at=timezone.now(),
     )
+    if exc.retryable:
+        cluster_unreachable_record(cluster_id=job.cluster_id, error=str(exc))
     jobs_push([job.pk])
     return Delivery("retry", retry_in=delay)
 

@@ -27,7 +27,7 @@ def cluster_check(*, cluster: Cluster, client: SlurmClient) -> bool:
     try:
         result = client.ping()
     except SlurmError as exc:
-        Cluster.objects.filter(pk=cluster.pk).update(last_ping_at=now, last_ping_ok=False, last_ping_error=str(exc))
+        cluster_unreachable_record(cluster_id=cluster.pk, error=str(exc), at=now)
         logger.warning("cluster %s: ping failed: %s", cluster.name, exc)
         return False
     error = "" if result.responding else "slurmrestd answers but reports slurmctld not responding"
@@ -41,6 +41,22 @@ def cluster_check(*, cluster: Cluster, client: SlurmClient) -> bool:
     )
     cluster.refresh_from_db()
     return result.responding
+
+
+def cluster_unreachable_record(*, cluster_id: int, error: str, at: datetime | None = None) -> None:
+    """Record that the cluster did not answer: its status shows it unreachable until a health check succeeds.
+
+    Any worker task that meets the outage records it, not only the periodic health check: while slurmctld is
+    down every slurmrestd request takes about 9 s to fail, so deliveries can keep every worker busy and the
+    check waits in the queue behind them (the slurmctld drill saw the portal show "ok" through a 45 s outage).
+    Watchers are told when the cluster goes from reachable to unreachable.
+    """
+    fields = {"last_ping_at": at or timezone.now(), "last_ping_ok": False, "last_ping_error": error}
+    went_down = Cluster.objects.filter(pk=cluster_id, last_ping_ok=True).update(**fields)
+    if went_down:
+        transaction.on_commit(lambda: _push_status(cluster_pk=cluster_id))
+    else:
+        Cluster.objects.filter(pk=cluster_id).update(**fields)
 
 
 def cluster_sync_inventory(*, cluster: Cluster, client: SlurmClient) -> None:

@@ -12,7 +12,7 @@ from django.db import OperationalError
 from jobs import accounts, job_sync, quota_limits, quota_usage
 from jobs.clusters import slurm_client_for
 from jobs.models import Cluster
-from jobs.services import cluster_check, cluster_sync_inventory
+from jobs.services import cluster_check, cluster_sync_inventory, cluster_unreachable_record
 from jobs.slurm import SlurmError, SlurmRetryableError
 
 logger = logging.getLogger(__name__)
@@ -118,8 +118,9 @@ def cluster_jobs_sync(cluster_id: int) -> None:
     try:
         result = job_sync.cluster_jobs_sync(cluster=cluster, client=client)
     except SlurmError as exc:
-        # Queued jobs wait; the next beat tick tries again.
+        # Queued jobs wait and job states stay as last seen; the next beat tick tries again.
         Cluster.objects.filter(pk=cluster.pk).update(jobs_sync_error=str(exc)[:2000])
+        cluster_unreachable_record(cluster_id=cluster.pk, error=str(exc))
         logger.warning("cluster %s: job sync failed: %s", cluster.name, exc)
         requeued = job_sync.jobs_requeue_overdue(cluster=cluster)
     else:
