@@ -10,8 +10,12 @@ prints throughput, latency percentiles and errors per route. Any error makes the
 
 Afterwards: how many jobs the load submitted and whether each reached Slurm, then the run's Slurm jobs are
 cancelled and its Slurm accounts, POSIX users and job directories removed. Locust's CSV files stay in
-`var/load/`. Overrides: LOAD_USERS (50), LOAD_SECONDS (120), LOAD_SPAWN_RATE (users started per second, 2),
-LOAD_WEB_WORKERS (uvicorn processes, 1), LOAD_PROJECTS (5), LOAD_HISTORY_JOBS (finished jobs per project, 60).
+`var/load/`.
+
+One uvicorn process by default: 50 users thinking 1-3 s offer ~22 requests/s, which one process served at p50
+57 ms; a second process (LOAD_WEB_WORKERS=2) brought nothing on these 2 shared cores (p50 90 ms in a 40 s run
+beside other work). Overrides: LOAD_USERS (50), LOAD_SECONDS (120), LOAD_SPAWN_RATE (users started per second,
+2), LOAD_WEB_WORKERS (uvicorn processes, 1), LOAD_PROJECTS (5), LOAD_HISTORY_JOBS (finished jobs per project, 60).
 """
 
 from __future__ import annotations
