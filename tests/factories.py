@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from jobs.models import Cluster, ClusterAccount, GpuType, Node, Partition
+from jobs.models import Cluster, ClusterAccount, GpuType, Job, JobState, Node, Partition
 from quotas.models import Allocation
 from quotas.services import allocation_create
 from tenants import services
@@ -101,4 +101,30 @@ def grant_allocation(
         gpu_type=gpu_type,
         starts_on=starts_on or today - timedelta(days=1),
         ends_on=ends_on or today + timedelta(days=30),
+    )
+
+
+def make_job(cluster: Cluster | None = None, *, allocation_gpu_hours: int | None = None, **fields: Any) -> Job:
+    """A job row in a new project of a new tenant, by a member whose cluster username is alice.
+
+    Stored directly, without the submit service: for tests of what happens to a job after it reached Slurm.
+    `fields` override the defaults (name, partition, gpus, time limit, state); with `allocation_gpu_hours`
+    the project gets an allocation on the cluster first.
+    """
+    cluster = cluster or make_matrix_cluster()
+    project = make_project(make_tenant())
+    user = make_user()
+    add_project_member(project, user)
+    ClusterAccount.objects.create(cluster=cluster, user=user, username="alice")
+    if allocation_gpu_hours is not None:
+        grant_allocation(project, cluster, allocation_gpu_hours)
+    defaults: dict[str, Any] = {
+        "name": "job",
+        "partition": "gpu",
+        "gpus": 1,
+        "time_limit_minutes": 5,
+        "state": JobState.PENDING,
+    }
+    return Job.objects.create(
+        project=project, cluster=cluster, user=user, cluster_username="alice", **{**defaults, **fields}
     )

@@ -14,10 +14,10 @@ from django.utils import timezone
 
 from jobs import job_sync, tasks
 from jobs.job_sync import job_deliver
-from jobs.models import Cluster, ClusterAccount, Job, JobState
+from jobs.models import Cluster, Job, JobState
 from jobs.slurm import SlurmAuthError, SlurmServerError
 from jobs.slurm.types import SlurmMessage
-from tests.factories import add_project_member, make_matrix_cluster, make_project, make_tenant, make_user
+from tests.factories import make_job, make_matrix_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -59,19 +59,9 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Cluster:
 
 
 def _job(cluster: Cluster, *, state: JobState) -> Job:
-    project = make_project(make_tenant())
-    user = make_user()
-    add_project_member(project, user)
-    ClusterAccount.objects.create(cluster=cluster, user=user, username="alice")
-    return Job.objects.create(
-        project=project,
-        cluster=cluster,
-        user=user,
-        cluster_username="alice",
+    return make_job(
+        cluster,
         name="during the outage",
-        partition="gpu",
-        gpus=1,
-        time_limit_minutes=5,
         state=state,
         slurm_job_id=None if state == JobState.QUEUED else 41,
         started_at=timezone.now() if state == JobState.RUNNING else None,

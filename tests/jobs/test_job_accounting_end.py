@@ -8,32 +8,16 @@ import pytest
 from django.utils import timezone
 
 from jobs.job_sync import jobs_apply_slurm_state
-from jobs.models import ClusterAccount, Job, JobState
+from jobs.models import Job, JobState
 from jobs.slurm.types import AccountingRecord
 from jobs.slurm.types import JobState as SlurmState
-from tests.factories import add_project_member, make_matrix_cluster, make_project, make_tenant, make_user
+from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
 
 
 def _pending_job() -> Job:
-    cluster = make_matrix_cluster()
-    project = make_project(make_tenant())
-    user = make_user()
-    add_project_member(project, user)
-    ClusterAccount.objects.create(cluster=cluster, user=user, username="alice")
-    return Job.objects.create(
-        project=project,
-        cluster=cluster,
-        user=user,
-        cluster_username="alice",
-        name="forgotten",
-        partition="gpu",
-        gpus=2,
-        time_limit_minutes=10,
-        state=JobState.PENDING,
-        slurm_job_id=4242,
-    )
+    return make_job(name="forgotten", gpus=2, time_limit_minutes=10, slurm_job_id=4242)
 
 
 def _record(*, elapsed: int, start: object, end: object) -> AccountingRecord:

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from jobs.job_sync import cluster_jobs_sync
-from jobs.models import ClusterAccount, Job, JobState
+from jobs.models import Job, JobState
 from jobs.slurm.codecs.v0_0_38 import CODEC
 from jobs.slurm.types import AccountingRecord, JobsListing
-from tests.factories import add_project_member, make_matrix_cluster, make_project, make_tenant, make_user
+from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -54,21 +54,10 @@ class RecordedSlurm:
 
 
 def _running_job(*, slurm_job_id: int = 1, gpus: int = 1) -> Job:
-    cluster = make_matrix_cluster()
-    project = make_project(make_tenant())
-    user = make_user()
-    add_project_member(project, user)
-    ClusterAccount.objects.create(cluster=cluster, user=user, username="alice")
-    return Job.objects.create(
-        project=project,
-        cluster=cluster,
-        user=user,
-        cluster_username="alice",
+    return make_job(
         name="numbered lines",
-        partition="gpu",
         gpus=gpus,
         gpu_type="h100",
-        time_limit_minutes=5,
         state=JobState.RUNNING,
         slurm_state="RUNNING",
         slurm_job_id=slurm_job_id,

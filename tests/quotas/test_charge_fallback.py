@@ -13,20 +13,13 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from jobs.models import ClusterAccount, Job, JobState
+from jobs.models import Job, JobState
 from jobs.quota_usage import quota_usage_collect
 from jobs.slurm.types import AccountingRecord
 from jobs.slurm.types import JobState as SlurmState
 from quotas.models import LedgerEntry
 from quotas.services import quota_reserve
-from tests.factories import (
-    add_project_member,
-    grant_allocation,
-    make_matrix_cluster,
-    make_project,
-    make_tenant,
-    make_user,
-)
+from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -46,19 +39,9 @@ class WindowMissesTheRecord:
 
 
 def _ended_job(*, ended: datetime) -> Job:
-    cluster = make_matrix_cluster()
-    project = make_project(make_tenant())
-    user = make_user()
-    add_project_member(project, user)
-    ClusterAccount.objects.create(cluster=cluster, user=user, username="alice")
-    grant_allocation(project, cluster, 10)
-    job = Job.objects.create(
-        project=project,
-        cluster=cluster,
-        user=user,
-        cluster_username="alice",
+    job = make_job(
+        allocation_gpu_hours=10,
         name="missed",
-        partition="gpu",
         gpus=2,
         time_limit_minutes=10,
         state=JobState.COMPLETED,

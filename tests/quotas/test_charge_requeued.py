@@ -17,20 +17,13 @@ from django.utils import timezone
 
 from billing.models import ReconciliationReport
 from billing.reconciliation import reconciliation_report_run
-from jobs.models import ClusterAccount, Job, JobState
+from jobs.models import Job, JobState
 from jobs.quota_usage import quota_usage_collect
 from jobs.slurm.types import AccountingRecord
 from jobs.slurm.types import JobState as SlurmState
 from quotas.models import LedgerEntry
 from quotas.services import quota_reserve
-from tests.factories import (
-    add_project_member,
-    grant_allocation,
-    make_matrix_cluster,
-    make_project,
-    make_tenant,
-    make_user,
-)
+from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -44,22 +37,11 @@ class Window:
 
 
 def _ended_job(*, state: JobState, started: datetime, ended: datetime, gpus: int) -> Job:
-    cluster = make_matrix_cluster()
-    project = make_project(make_tenant())
-    user = make_user()
-    add_project_member(project, user)
-    ClusterAccount.objects.create(cluster=cluster, user=user, username="alice")
-    grant_allocation(project, cluster, 10)
-    job = Job.objects.create(
-        project=project,
-        cluster=cluster,
-        user=user,
-        cluster_username="alice",
+    job = make_job(
+        allocation_gpu_hours=10,
         name="cut short",
-        partition="gpu",
         gpus=gpus,
         gpu_type="h100",
-        time_limit_minutes=5,
         state=state,
         slurm_job_id=1,
         nodes="gpu01",
