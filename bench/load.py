@@ -20,7 +20,6 @@ beside other work). Overrides: LOAD_USERS (50), LOAD_SECONDS (120), LOAD_SPAWN_R
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import os
@@ -57,7 +56,7 @@ from jobs.clusters import slurm_client_for
 from jobs.job_services import JobRequest
 from jobs.models import Cluster, ClusterAccount, Job, JobState, JobTransition, ProjectSlurmAccount
 from jobs.services import cluster_check, cluster_sync_inventory
-from jobs.slurm import SlurmClient, SlurmError
+from jobs.slurm import SlurmClient
 from quotas.models import period_start
 from quotas.services import allocation_create, quota_charge
 from tenants import services
@@ -421,32 +420,10 @@ def slurm_cleanup(*, slurm: SlurmClient, projects: list[Project], usernames: lis
     left = [
         name
         for name in [*(project.slurm_account for project in projects), projects[0].tenant.slurm_parent_account]
-        if not slurm_account_delete(slurm, account=name, usernames=usernames)
+        if not stack.slurm_account_delete(slurm, account=name, usernames=usernames)
     ]
     note = f"{cancelled} Slurm jobs cancelled; Slurm accounts removed"
     return note + (f" except {', '.join(left)}" if left else "")
-
-
-def slurm_account_delete(
-    slurm: SlurmClient, *, account: str, usernames: list[str], timeout_seconds: float = 60
-) -> bool:
-    """Remove the account's user associations, then the account; whether it is gone. slurmdbd refuses while
-    it still counts a cancelled job as active, so this tries again for a while."""
-    members = {association.user for association in slurm.associations(account=account) if association.user}
-    for username in sorted(members & set(usernames)):
-        with contextlib.suppress(SlurmError):
-            slurm.remove_user_association(account=account, user=username, cluster=stack.CLUSTER)
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        try:
-            slurm.delete_account(name=account)
-            return True
-        except SlurmError as exc:
-            if any(message.error_number == 1900 for message in exc.messages):
-                return True  # 22.05's answer for an account that does not exist (any more)
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(1)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -204,15 +204,19 @@ def slurm_jobs_cancel(client: SlurmClient, *, account: str, timeout_seconds: flo
         time.sleep(0.5)
 
 
-def slurm_account_delete(client: SlurmClient, *, account: str, timeout_seconds: float = 60) -> bool:
-    """Remove a per-run Slurm account (alice's association, then the account); whether it is gone.
+def slurm_account_delete(
+    client: SlurmClient, *, account: str, usernames: Iterable[str] = (JOB_USER,), timeout_seconds: float = 60
+) -> bool:
+    """Remove a per-run Slurm account (its users' associations, alice's by default, then the account); whether
+    it is gone.
 
     slurmdbd refuses while it still counts a cancelled job as active, so this tries again for a while.
     """
     deadline = time.monotonic() + timeout_seconds
     while True:
         try:
-            client.remove_user_association(account=account, user=JOB_USER, cluster=CLUSTER)
+            for username in usernames:  # removing an association that does not exist succeeds
+                client.remove_user_association(account=account, user=username, cluster=CLUSTER)
             client.delete_account(name=account)
             return True
         except SlurmError as exc:
