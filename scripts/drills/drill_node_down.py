@@ -20,8 +20,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections import defaultdict
-from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 import harness  # first: sets up Django on the drill's database
 import httpx
@@ -29,8 +28,6 @@ from burst import Burst
 from ledger import ledger_check
 
 from jobs.models import Job, JobState
-from jobs.slurm import SlurmClient
-from jobs.slurm.types import AccountingRecord
 from quotas.models import LedgerEntry, LedgerKind
 
 JOBS = 8
@@ -100,31 +97,6 @@ def timeline_text(view: dict[str, Any]) -> str:
     )
 
 
-class RunsTogether:
-    """The drill's Slurm client, except that a requeued job's accounting records (one per run) come back as one
-    record with the elapsed time of all runs: the job's real use, which is what the portal charges and the
-    ledger check compares a charge with."""
-
-    def __init__(self, client: SlurmClient) -> None:
-        self._client = client
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-    def accounting_jobs(self, **query: Any) -> list[AccountingRecord]:
-        merged: dict[tuple[int, str], AccountingRecord] = {}
-        others: list[AccountingRecord] = []
-        for record in self._client.accounting_jobs(**query):
-            if not record.state.is_finished or not record.comment:
-                others.append(record)
-                continue
-            key = (record.job_id, record.comment)
-            earlier = merged.get(key)
-            elapsed = record.elapsed_seconds + (earlier.elapsed_seconds if earlier else 0)
-            merged[key] = replace(record, elapsed_seconds=elapsed)
-        return [*others, *merged.values()]
-
-
 def charged_only_what_ran(drill: harness.Drill, victims: list[Job]) -> bool:
     """Each job the node failure hit is charged the GPU-seconds of its runs in accounting, below its reservation."""
     passed = True
@@ -174,8 +146,7 @@ def run(drill: harness.Drill) -> bool:
         drill.say(f"after the observation: {node_resume(node)}")
     finally:
         drill.say(f"restore: {node_resume(node)}")
-    ledger_view = replace(drill, slurm=cast(SlurmClient, RunsTogether(drill.slurm)))
-    passed = ledger_check(ledger_view, burst.submissions, settle_seconds=SETTLE_SECONDS) and passed
+    passed = ledger_check(drill, burst.submissions, settle_seconds=SETTLE_SECONDS) and passed
     with httpx.Client(base_url=drill.portal.base_url, headers={"Authorization": f"Bearer {drill.world.token}"}) as api:
         for job in victims:
             drill.say(f"  job {str(job.pk)[:8]} in the portal: {timeline_text(portal_view(api, job))}")

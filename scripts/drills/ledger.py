@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from burst import Submission
@@ -150,7 +150,8 @@ def _check_submissions(report: LedgerReport, submissions: Sequence[Submission], 
 
 
 def _slurm_jobs(drill: Drill, report: LedgerReport) -> tuple[dict[str, set[int]], dict[int, AccountingRecord]]:
-    """Slurm job ids per portal tag, from accounting and slurmctld's listing; the accounting records by id."""
+    """Slurm job ids per portal tag, from accounting and slurmctld's listing; the accounting records by id (a
+    requeued job's runs added up)."""
     since = drill.started_at - timedelta(minutes=5)
     ids_by_tag: dict[str, set[int]] = defaultdict(set)
     records: dict[int, AccountingRecord] = {}
@@ -158,7 +159,11 @@ def _slurm_jobs(drill: Drill, report: LedgerReport) -> tuple[dict[str, set[int]]
         for record in drill.slurm.accounting_jobs(account=drill.account, start_time=since):
             ids_by_tag[record.comment].add(record.job_id)
             if record.state.is_finished:
-                records[record.job_id] = record
+                # A job Slurm requeued has one finished record per run (NODE_FAIL, then COMPLETED): its use is
+                # their sum, which is what the portal charges.
+                earlier = records.get(record.job_id)
+                ran = record.elapsed_seconds + (earlier.elapsed_seconds if earlier else 0)
+                records[record.job_id] = replace(record, elapsed_seconds=ran)
         listing = drill.slurm.list_jobs()
     except SlurmError as exc:
         report.fail("Slurm could not be asked", str(exc))
