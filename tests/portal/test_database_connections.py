@@ -16,6 +16,7 @@ from django.core.handlers.asgi import ASGIHandler
 from django.db import connection
 
 from portal.env import database_from_url
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the requests' threads open connections of their own
 
@@ -63,4 +64,5 @@ def test_concurrent_asgi_requests_leave_no_connection_open() -> None:
     statuses = asyncio.run(get_concurrently("/healthz", CONCURRENT_REQUESTS))
 
     assert statuses == [200] * CONCURRENT_REQUESTS
-    assert other_backends() == before
+    # A closed connection's backend leaves pg_stat_activity a moment after the client hangs up; a kept one never.
+    wait_until(lambda: other_backends() <= before, timeout_seconds=10, what="the requests' connections closing")
