@@ -58,7 +58,7 @@ from jobs.models import Cluster, ClusterAccount, Job, JobState, JobTransition, P
 from jobs.services import cluster_check, cluster_sync_inventory
 from jobs.slurm import SlurmClient
 from quotas.models import period_start
-from quotas.services import allocation_create, quota_charge
+from quotas.services import quota_charge
 from tenants import services
 from tenants.models import Project, ProjectRole, TenantRole
 
@@ -184,15 +184,8 @@ def researchers_create(*, cluster: Cluster, options: Settings) -> list[Researche
         _, token = services.token_create(user=user, name="load test")
         researchers.append(Researcher(user=user, project=project, role=role, token=token))
     for project in projects:
-        # Enough GPU-hours that the quota check never refuses a job of the load.
-        allocation_create(
-            actor=None,
-            project=project,
-            cluster=cluster,
-            gpu_hours=Decimal(10_000_000),
-            starts_on=today - timedelta(days=30),
-            ends_on=today + timedelta(days=30),
-        )
+        # From 30 days back: the history jobs of the last two weeks are charged to it.
+        stack.allocation_ample(project=project, cluster=cluster, days_back=30)
         manager = next(researcher.user for researcher in researchers if researcher.project == project)
         job_services.job_template_save(user=manager, project=project, values=TEMPLATE)
     rate_create(

@@ -142,16 +142,7 @@ def world_create(*, project_slug: str) -> World:
     services.tenant_member_add(actor=None, tenant=tenant, user=user, role=TenantRole.ADMIN)
     services.project_member_add(actor=None, project=project, user=user, role=ProjectRole.MANAGER)
     ClusterAccount.objects.update_or_create(cluster=cluster, user=user, defaults={"username": JOB_USER})
-    today = timezone.now().date()
-    # Enough GPU-hours that the portal's quota check never refuses a benchmark job.
-    allocation_create(
-        actor=None,
-        project=project,
-        cluster=cluster,
-        gpu_hours=Decimal(10_000_000),
-        starts_on=today - timedelta(days=1),
-        ends_on=today + timedelta(days=30),
-    )
+    allocation_ample(project=project, cluster=cluster)
     _, token = services.token_create(user=user, name=f"bench-{uuid.uuid4().hex[:8]}")
     # The services scheduled this as a task too; running it here means the project is ready now. The task
     # messages are flushed before a worker starts, so no worker repeats it during a measurement.
@@ -163,6 +154,20 @@ def world_create(*, project_slug: str) -> World:
     cluster.refresh_from_db()
     project.refresh_from_db()
     return World(cluster=cluster, user=user, project=project, token=token)
+
+
+def allocation_ample(*, project: Project, cluster: Cluster, days_back: int = 1) -> None:
+    """Enough GPU-hours from `days_back` days ago to 30 days ahead that the portal's quota check never refuses
+    a benchmark job."""
+    today = timezone.now().date()
+    allocation_create(
+        actor=None,
+        project=project,
+        cluster=cluster,
+        gpu_hours=Decimal(10_000_000),
+        starts_on=today - timedelta(days=days_back),
+        ends_on=today + timedelta(days=30),
+    )
 
 
 def bare_client() -> SlurmClient:
