@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
-# Run a whole local GPU Slurm 22.05 cluster ("local": 4 fake-GPU nodes, slurmdbd, slurmrestd) on this machine: cluster.sh {up|down|status}
+# Run the local GPU Slurm clusters on this machine: cluster.sh {up|down|status|stop DAEMON [CLUSTER]}
 #
+#   local   Slurm 22.05 from this host's packages (below)                         slurmrestd 127.0.0.1:6820
+#   north   Slurm 24.11 from Debian 13 in a chroot (scripts/slurm-chroot.sh)       slurmrestd 127.0.0.1:6920
+#   south   Slurm 26.05 from Debian unstable in a chroot (scripts/slurm-chroot.sh) slurmrestd 127.0.0.1:7020
+# LOCAL_CLUSTERS="local north" brings up only some of them. A newer cluster whose chroot cannot be built (no
+# Debian package registry) is reported and skipped: the others still come up. Each cluster that is up is
+# described in /var/lib/gpuportal/clusters/NAME.json, which the demo and the tests read.
+#
+# The 22.05 cluster ("local": 4 fake-GPU nodes, slurmdbd, slurmrestd):
 # Layout (all on loopback; see /work/shared/SLURM-NOTES.md for why each piece looks the way it does):
 #   munged                      as user munge, key /etc/munge/munge.key
 #   slurmdbd   127.0.0.1:6819   MariaDB 127.0.0.1:3306, database slurm_acct_db, user slurm
@@ -43,6 +51,17 @@ DEMO_USERS=(alice bob carol)
 PACKAGES=(munge slurm-client slurmctld slurmd slurmdbd slurmrestd slurm-wlm-jwt-plugin curl procps)
 WAIT_SECS=${CLUSTER_WAIT_SECS:-60}
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REGISTRY_DIR=/var/lib/gpuportal/clusters
+read -r -a CLUSTERS <<<"${LOCAL_CLUSTERS:-local north south}"
+NEWER_CLUSTERS=()
+for _c in "${CLUSTERS[@]}"; do
+    case $_c in
+        local) ;;
+        north | south) NEWER_CLUSTERS+=("$_c") ;;
+        *) printf '[cluster] ERROR: unknown cluster %s in LOCAL_CLUSTERS (known: local north south)\n' "$_c" >&2; exit 2 ;;
+    esac
+done
+wants_local() { [[ " ${CLUSTERS[*]} " == *" local "* ]]; }
 
 log() { printf '[cluster] %s\n' "$*"; }
 die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -520,8 +539,67 @@ EOF
     sinfo
 }
 
-# --- commands --------------------------------------------------------------------------------------
+# What the portal and the tests read to find this cluster (the newer ones write theirs in slurm-chroot.sh).
+write_registry() {
+    local release
+    release=$(slurmctld -V | awk '{print $2}')
+    install -d -m 755 "$REGISTRY_DIR"
+    cat >"$REGISTRY_DIR/$CLUSTER.json.tmp" <<EOF
+{
+  "name": "$CLUSTER",
+  "slurm_cluster_name": "$CLUSTER",
+  "status": "up",
+  "reason": "",
+  "slurm_generation": "${release%.*}",
+  "slurm_release": "$release",
+  "debian_suite": "host",
+  "slurmrestd_url": "http://$REST_ADDR",
+  "jwt_key_file": "$JWT_KEY",
+  "admin_user": "root",
+  "log_root": "$JOB_LOG_ROOT",
+  "gpu_type": "h100",
+  "gpu_partition": "h100",
+  "gpus_per_node": 4,
+  "nodes": ["gpu01", "gpu02", "gpu03", "gpu04"],
+  "chroot": ""
+}
+EOF
+    mv "$REGISTRY_DIR/$CLUSTER.json.tmp" "$REGISTRY_DIR/$CLUSTER.json"
+}
+
+# --- the newer clusters (each in its chroot) ----------------------------------------------------------
+newer_up() {
+    ((${#NEWER_CLUSTERS[@]})) || return 0
+    local c i rc pids=() unavailable=()
+    # Building a chroot takes about a minute, mostly downloads: build the missing ones side by side.
+    for c in "${NEWER_CLUSTERS[@]}"; do
+        bash "$SCRIPT_DIR/slurm-chroot.sh" build "$c" &
+        pids+=($!)
+    done
+    for i in "${!pids[@]}"; do wait "${pids[$i]}" || true; done
+    for c in "${NEWER_CLUSTERS[@]}"; do
+        rc=0
+        bash "$SCRIPT_DIR/slurm-chroot.sh" up "$c" || rc=$?
+        if ((rc == 3)); then
+            unavailable+=("$c")
+        elif ((rc != 0)); then
+            die "cluster $c did not come up (see above)"
+        fi
+    done
+    if ((${#unavailable[@]})); then
+        log "WARNING: cluster(s) ${unavailable[*]} unavailable on this machine (see above); the others are up"
+    fi
+}
+
+# --- commands ---------------------------------------------------------------------------------------
 cmd_up() {
+    local t0=$SECONDS
+    if wants_local; then local_up; else rm -f "$REGISTRY_DIR/$CLUSTER.json"; fi
+    newer_up
+    log "all clusters up in $((SECONDS - t0))s"
+}
+
+local_up() {
     local t0=$SECONDS
     ensure_packages
     ensure_users
@@ -541,11 +619,18 @@ cmd_up() {
     start_slurmrestd
     wait_for "all ${#NODES[@]} nodes to be idle in sinfo" "$(logfile_of slurmctld)" nodes_ready
     wait_for "slurmrestd to answer /slurm/v0.0.38/ping" "$(logfile_of slurmrestd)" rest_answers
+    write_registry
     log "up in $((SECONDS - t0))s"
     summary
 }
 
 cmd_down() {
+    local c
+    for c in "${NEWER_CLUSTERS[@]}"; do bash "$SCRIPT_DIR/slurm-chroot.sh" down "$c"; done
+    local_down
+}
+
+local_down() {
     # Reverse start order: the REST front end first, the accounting daemon (and munge) last.
     stop_daemon slurmrestd
     local n
@@ -562,6 +647,16 @@ cmd_down() {
 }
 
 cmd_status() {
+    local c
+    printf '== local (Slurm 22.05, host)\n'
+    local_status
+    for c in "${NEWER_CLUSTERS[@]}"; do
+        printf '== %s\n' "$c"
+        bash "$SCRIPT_DIR/slurm-chroot.sh" status "$c"
+    done
+}
+
+local_status() {
     local d pid
     for d in munged slurmdbd slurmctld "${NODES[@]}" slurmrestd; do
         if pid=$(daemon_pid "$d"); then
@@ -577,6 +672,10 @@ cmd_status() {
 
 # Stop one daemon (tests use it to cause a real outage; `up` starts it again).
 cmd_stop() {
+    if [[ ${2:-local} != local ]]; then
+        bash "$SCRIPT_DIR/slurm-chroot.sh" stop "$1" "$2"
+        return
+    fi
     case $1 in
         munged | slurmdbd | slurmctld | slurmrestd | gpu0[1-4]) stop_daemon "$1" ;;
         *) die "unknown daemon '$1': one of munged slurmdbd slurmctld slurmrestd ${NODES[*]}" ;;
@@ -584,7 +683,8 @@ cmd_stop() {
 }
 
 main() {
-    (($# == 1)) || [[ ${1:-} == stop && $# == 2 ]] || { echo "usage: $0 {up|down|status|stop DAEMON}" >&2; exit 2; }
+    (($# == 1)) || [[ ${1:-} == stop && ($# == 2 || $# == 3) ]] \
+        || { echo "usage: $0 {up|down|status|stop DAEMON [CLUSTER]}" >&2; exit 2; }
     case $1 in
         up | down | stop)
             [[ $(id -u) -eq 0 ]] || die "must run as root"
@@ -604,8 +704,8 @@ main() {
         up) cmd_up ;;
         down) cmd_down ;;
         status) cmd_status ;;
-        stop) cmd_stop "$2" ;;
-        *) echo "usage: $0 {up|down|status|stop DAEMON}" >&2; exit 2 ;;
+        stop) cmd_stop "$2" "${3:-}" ;;
+        *) echo "usage: $0 {up|down|status|stop DAEMON [CLUSTER]}" >&2; exit 2 ;;
     esac
 }
 
