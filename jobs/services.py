@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 
 from asgiref.sync import async_to_sync
@@ -15,10 +16,84 @@ from jobs.consumers import CLUSTER_STATUS_GROUP
 from jobs.models import Cluster, GpuType, Node, Partition
 from jobs.selectors import cluster_status
 from jobs.slurm import SlurmClient, SlurmError
-from jobs.slurm.types import NodeInfo, PartitionInfo
+from jobs.slurm.types import NodeInfo, PartitionInfo, PingResult
 from jobs.usage_samples import cluster_usage_sample_record
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ClusterProbe:
+    """What a cluster said when it was registered: its API versions, health and inventory."""
+
+    served_versions: tuple[str, ...]
+    ping: PingResult
+    partitions: list[PartitionInfo]
+    nodes: list[NodeInfo]
+
+    @property
+    def gpus_by_type(self) -> dict[str, int]:
+        totals: dict[str, int] = defaultdict(int)
+        for node in self.nodes:
+            if node.gpu_type:
+                totals[node.gpu_type] += node.gpus_total
+        return dict(totals)
+
+
+def cluster_probe(*, slurmrestd_url: str, jwt_key_file: str, admin_user: str, log_root: str) -> ClusterProbe:
+    """Connect to a cluster that is not registered yet: negotiate the API version, ping it, read its inventory.
+
+    Raises SlurmError (or OSError for an unreadable key) with what is wrong. Runs where the key is: a worker's
+    host or an admin's shell there, never the web tier.
+    """
+    with SlurmClient(base_url=slurmrestd_url, key_file=jwt_key_file, admin_user=admin_user) as client:
+        client.tokens.token_for(admin_user)  # an unreadable key file fails here, with its path
+        try:
+            served = client.served_versions()
+        except SlurmError:
+            served = ()  # an older slurmrestd without /openapi/v3: the version is probed instead
+        ping = client.ping()
+        return ClusterProbe(served_versions=served, ping=ping, partitions=client.partitions(), nodes=client.nodes())
+
+
+def cluster_register(
+    *, name: str, probe: ClusterProbe | None, slurmrestd_url: str, jwt_key_file: str, admin_user: str, log_root: str
+) -> tuple[Cluster, bool]:
+    """Store a cluster's connection (new or changed) and, when it was probed, its version, health and inventory."""
+    connection = {
+        "slurmrestd_url": slurmrestd_url,
+        "jwt_key_file": jwt_key_file,
+        "admin_user": admin_user,
+        "log_root": log_root,
+        "is_active": True,
+    }
+    with transaction.atomic():
+        cluster = Cluster.objects.filter(name=name).first()
+        created = cluster is None
+        if cluster is None:
+            cluster = Cluster(name=name)
+        for field, value in connection.items():
+            setattr(cluster, field, value)
+        if probe is not None:
+            now = timezone.now()
+            cluster.api_version = probe.ping.api_version
+            cluster.slurm_release = probe.ping.slurm_release or ""
+            cluster.last_ping_at = now
+            cluster.last_ping_ok = probe.ping.responding
+            cluster.last_ping_latency_ms = round(probe.ping.latency_seconds * 1000, 2)
+            cluster.last_ping_error = "" if probe.ping.responding else "slurmctld not responding"
+        else:
+            # Whatever was negotiated with an earlier address no longer holds.
+            cluster.api_version = ""
+        cluster.full_clean()
+        cluster.save()
+        if probe is not None:
+            _store_nodes(cluster=cluster, nodes=probe.nodes, now=now)
+            _store_partitions(cluster=cluster, partitions=probe.partitions, nodes=probe.nodes, now=now)
+            _store_gpu_types(cluster=cluster, nodes=probe.nodes, now=now)
+            Cluster.objects.filter(pk=cluster.pk).update(inventory_synced_at=now)
+        transaction.on_commit(lambda: _push_status(cluster_pk=cluster.pk))
+    return cluster, created
 
 
 def cluster_check(*, cluster: Cluster, client: SlurmClient) -> bool:

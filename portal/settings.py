@@ -266,6 +266,9 @@ LOCAL_CLUSTER_URL = env_str("LOCAL_CLUSTER_URL", "http://127.0.0.1:6820")
 LOCAL_CLUSTER_KEY_FILE = env_str("LOCAL_CLUSTER_KEY_FILE", "/etc/slurm/jwt_hs256.key")
 LOCAL_CLUSTER_LOG_ROOT = env_str("LOCAL_CLUSTER_LOG_ROOT", "/srv/gpuportal/logs")
 LOCAL_CLUSTER_ADMIN_USER = env_str("LOCAL_CLUSTER_ADMIN_USER", "root")
+# Where `scripts/cluster.sh up` describes the newer local clusters (Slurm 24.11 "north", 26.05 "south") it started;
+# `seed_demo` registers those that are up.
+DEMO_CLUSTER_REGISTRY = env_str("DEMO_CLUSTER_REGISTRY", "/var/lib/gpuportal/clusters")
 
 DEMO_PASSWORD = env_str("DEMO_PASSWORD", "demo")
 

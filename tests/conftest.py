@@ -20,6 +20,7 @@ from django.db import connection
 from jobs.slurm import SlurmClient, SlurmError
 from jobs.slurm.types import JobState, JobSubmission, SlurmJob
 from portal.celery import app as celery_app
+from tests.live_clusters import LiveCluster, live_cluster_params
 
 CLUSTER_NAME = "local"
 JOB_USER = "alice"
@@ -40,6 +41,20 @@ def slurm_client() -> Iterator[SlurmClient]:
         pytest.fail(f"the local Slurm cluster is not reachable ({exc}); start it with `make cluster`")
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session", params=live_cluster_params())
+def live(request: pytest.FixtureRequest) -> LiveCluster:
+    """Each live cluster in turn (Slurm 22.05, 24.11, 26.05) for the tests that must hold on every generation.
+
+    Session-scoped, so pytest runs one cluster's tests together.
+    """
+    cluster: LiveCluster | None = request.param
+    if cluster is None:
+        pytest.fail(
+            "no local Slurm cluster is described in /var/lib/gpuportal/clusters; start them with `make cluster`"
+        )
+    return cluster
 
 
 TEST_PARENT_ACCOUNT = "pytest"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -45,6 +46,10 @@ logger = logging.getLogger(__name__)
 _AUTH_ERRORS = {1007, 2002, 6000}  # protocol authentication, access denied, plugin auth
 _NOT_FOUND_ERRORS = {2017}  # invalid job id
 _NOTHING_FOUND_ERROR = 9003  # slurmdbd: a query matched nothing
+# The warning of a data_parser GET /jobs/?update_time= when nothing changed: an answer, not a problem.
+_NO_JOB_CHANGES = "No job changes since update_time"
+# "/slurm/v0.0.42/jobs/" and "/slurmdb/v0.0.38/accounts/" in a daemon's OpenAPI description.
+_VERSIONED_PATH = re.compile(r"^/(?P<plugin>slurm|slurmdb)/v(?P<version>\d+\.\d+\.\d+)/")
 
 
 def _is_retryable_number(number: int) -> bool:
@@ -105,8 +110,48 @@ class SlurmClient:
     def api_version(self) -> str:
         return self.codec.version
 
+    def served_versions(self) -> tuple[str, ...]:
+        """The API versions the daemon serves for both slurmctld and slurmdbd, newest first, from its /openapi/v3."""
+        # Read without a codec: choosing one is what this is for.
+        response = self._send("GET", "/openapi/v3", user=self.admin_user)
+        try:
+            body = response.json() if response.status_code == 200 else None
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise SlurmRejected(
+                f"slurmrestd at {self.base_url} did not describe its API (GET /openapi/v3 answered "
+                f"HTTP {response.status_code})",
+                status_code=response.status_code,
+            )
+        paths = body.get("paths")
+        found: dict[str, set[str]] = {}
+        for path in paths if isinstance(paths, dict) else ():
+            match = _VERSIONED_PATH.match(path)
+            if match:
+                found.setdefault(match.group("version"), set()).add(match.group("plugin"))
+        both = [version for version, plugins in found.items() if plugins >= {"slurm", "slurmdb"}]
+        return tuple(sorted(both, key=lambda version: tuple(int(part) for part in version.split(".")), reverse=True))
+
     def detect_version(self) -> str:
-        """The newest API version the daemon serves, probing `/slurm/vX/ping` newest first."""
+        """The newest API version both the daemon and the portal know.
+
+        Read from the daemon's own OpenAPI description; a daemon that does not answer it is probed with
+        `/slurm/vX/ping` newest first.
+        """
+        try:
+            served: tuple[str, ...] | None = self.served_versions()
+        except (SlurmNotFound, SlurmRejected):
+            served = None
+        if served is not None:
+            for version in SUPPORTED_VERSIONS_NEWEST_FIRST:
+                if version in served:
+                    return version
+            raise SlurmNotFound(
+                f"{self.base_url} serves slurmrestd API versions {', '.join(served) or 'none'}, none of which the "
+                f"portal knows ({', '.join(SUPPORTED_VERSIONS_NEWEST_FIRST)}); start slurmrestd with one of them "
+                "(its -s option) or upgrade the portal"
+            )
         for version in SUPPORTED_VERSIONS_NEWEST_FIRST:
             try:
                 response = self._send("GET", f"/slurm/v{version}/ping/", user=self.admin_user)
@@ -151,15 +196,27 @@ class SlurmClient:
         return jobs[0]
 
     def list_jobs(self, *, updated_since: datetime | None = None) -> JobsListing | None:
-        """Every job slurmctld knows, or None when nothing changed since `updated_since` (HTTP 304)."""
+        """Every job slurmctld knows, or None when nothing changed since `updated_since`.
+
+        22.05 says "nothing changed" with HTTP 304. From v0.0.40 on it is HTTP 200 with no jobs, `last_update` 0
+        and the warning "No job changes since update_time[...]" (measured on 24.11 and 26.05): the same answer.
+        """
         params = {"update_time": str(epoch(updated_since))} if updated_since else None
         response = self._send("GET", f"{self.codec.slurm_prefix}/jobs/", user=self.admin_user, params=params)
         if response.status_code == 304:
             return None
-        return self.codec.decode_jobs(self._checked_body(response))
+        body = self._checked_body(response, expected_warnings=frozenset({_NO_JOB_CHANGES}))
+        listing = self.codec.decode_jobs(body)
+        if updated_since and not listing.jobs and listing.last_update is None:
+            return None
+        return listing
 
     def cancel_job(self, *, user: str, job_id: int) -> None:
-        self._call("DELETE", f"{self.codec.slurm_prefix}/job/{int(job_id)}", user=user)
+        body = self._call("DELETE", f"{self.codec.slurm_prefix}/job/{int(job_id)}", user=user)
+        # From v0.0.40 on a refused cancel is HTTP 200 with empty errors[]: the refusal is in the per-job status.
+        refusals = self.codec.decode_signal_failures(body)
+        if refusals:
+            raise self._error_from(200, refusals)
 
     def accounting_jobs(
         self,
@@ -242,8 +299,16 @@ class SlurmClient:
             # broken. Creating an existing account moves it: carry the limit it has.
             gpu_minutes_limit = self._existing_gpu_minutes_limit(account=name, cluster=cluster)
         account = AccountInfo(name=name, description=description, organization=organization)
-        payload = self.codec.encode_accounts([account], parent_account=parent_account)
-        self._call("POST", f"{self.codec.slurmdb_prefix}/accounts/", user=self.admin_user, payload=payload)
+        creation = self.codec.encode_account_creation(
+            account, cluster=cluster, parent_account=parent_account, gpu_minutes_limit=gpu_minutes_limit
+        )
+        if creation is None:
+            payload = self.codec.encode_accounts([account], parent_account=parent_account)
+            self._call("POST", f"{self.codec.slurmdb_prefix}/accounts/", user=self.admin_user, payload=payload)
+        else:
+            path, payload = creation
+            self._call("POST", f"{self.codec.slurmdb_prefix}{path}", user=self.admin_user, payload=payload)
+        # Written in full either way: it moves an existing account to `parent_account` and sets its limit.
         association = AssociationInfo(
             account=name,
             cluster=cluster,
@@ -419,6 +484,7 @@ class SlurmClient:
         *,
         success_if_job_id: bool = False,
         tolerated_errors: frozenset[str] = frozenset(),
+        expected_warnings: frozenset[str] = frozenset(),
     ) -> Json:
         """The decoded reply, or a typed error built from Slurm's own `errors[]`."""
         try:
@@ -439,6 +505,8 @@ class SlurmClient:
         # Unknown or mistyped fields are dropped with only a warning in v0.0.40+ (e.g. a GPU request):
         # never let one pass silently. Submissions also return theirs in SubmitResult.warnings.
         for warning in self.codec.decode_warnings(body):
+            if any(text in warning.description for text in expected_warnings):
+                continue
             logger.warning("slurmrestd %s %s: %s", response.request.method, response.request.url.path, warning)
         errors = tuple(
             message

@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
 from billing.models import Rate
-from jobs.models import ClusterAccount, JobTemplate
+from jobs.models import Cluster, ClusterAccount, JobTemplate
 from quotas.models import Allocation, TenantPool
 from tenants.models import AuditEvent, Project, ProjectMembership
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def cluster_registry(tmp_path: Path, settings: Any) -> Path:
+    """The newer clusters as `scripts/cluster.sh up` describes them: north up, south unavailable."""
+    described = {
+        "north": {"status": "up", "slurmrestd_url": "http://127.0.0.1:6920", "log_root": "/srv/gpuportal/logs-north"},
+        "south": {"status": "unavailable", "reason": "debootstrap failed", "slurmrestd_url": "http://127.0.0.1:7020"},
+    }
+    for name, fields in described.items():
+        entry = {"name": name, "jwt_key_file": f"/keys/{name}.key", "admin_user": "root", **fields}
+        (tmp_path / f"{name}.json").write_text(json.dumps(entry))
+    settings.DEMO_CLUSTER_REGISTRY = str(tmp_path)
+    return tmp_path
 
 
 def test_seeding_twice_creates_everything_once() -> None:
@@ -23,20 +41,34 @@ def test_seeding_twice_creates_everything_once() -> None:
     assert AuditEvent.objects.count() == events
     assert sorted(str(project) for project in Project.objects.all()) == ["acme/nlp", "acme/vision", "globex/genomics"]
     assert ProjectMembership.objects.count() == 4
-    assert sorted(ClusterAccount.objects.values_list("username", flat=True)) == ["alice", "bob", "carol"]
+    accounts = sorted(ClusterAccount.objects.values_list("cluster__name", "username"))
+    assert accounts == [(cluster, user) for cluster in ("local", "north") for user in ("alice", "bob", "carol")]
     template = JobTemplate.objects.get()
     assert (str(template.project), template.name, template.gpus) == ("acme/vision", "Nightly evaluation", 2)
 
 
-def test_the_demo_has_this_months_gpu_hours() -> None:
+def test_the_clusters_that_are_up_are_registered(cluster_registry: Path) -> None:
+    call_command("seed_demo", verbosity=0)
+
+    registered = {cluster.name: (cluster.slurmrestd_url, cluster.jwt_key_file) for cluster in Cluster.objects.all()}
+    assert set(registered) == {"local", "north"}
+    assert registered["north"] == ("http://127.0.0.1:6920", "/keys/north.key")
+
+
+def test_the_demo_has_this_months_gpu_hours_on_each_cluster() -> None:
     call_command("seed_demo", verbosity=0)
     call_command("seed_demo", verbosity=0)
 
     allocations = {
-        (str(allocation.project), allocation.gpu_type): allocation.granted_gpu_seconds // 3600
-        for allocation in Allocation.objects.select_related("project__tenant")
+        (allocation.cluster.name, str(allocation.project), allocation.gpu_type): allocation.granted_gpu_seconds // 3600
+        for allocation in Allocation.objects.select_related("project__tenant", "cluster")
     }
-    assert allocations == {("acme/vision", "h100"): 500, ("acme/nlp", "a100"): 100, ("globex/genomics", ""): 50}
+    assert allocations == {
+        ("local", "acme/vision", "h100"): 500,
+        ("local", "acme/nlp", "a100"): 100,
+        ("local", "globex/genomics", ""): 50,
+        ("north", "acme/vision", "l40s"): 200,
+    }
     today = timezone.now().date()
     assert all(
         allocation.starts_on == today.replace(day=1) and allocation.is_current(timezone.now())
@@ -46,11 +78,20 @@ def test_the_demo_has_this_months_gpu_hours() -> None:
     assert (pool.tenant.slug, pool.gpu_seconds) == ("acme", 200 * 3600)
 
 
-def test_the_demo_has_prices_from_the_first_of_the_month() -> None:
+def test_the_demo_has_prices_per_cluster_from_the_first_of_the_month() -> None:
     call_command("seed_demo", verbosity=0)
     call_command("seed_demo", verbosity=0)
 
-    rates = {(rate.gpu_type, str(rate.price_per_gpu_hour), rate.currency) for rate in Rate.objects.all()}
-    assert rates == {("h100", "2.5000", "EUR"), ("a100", "1.6000", "EUR"), ("", "2.0000", "EUR")}
+    rates = {
+        (rate.cluster.name, rate.gpu_type, str(rate.price_per_gpu_hour), rate.currency)
+        for rate in Rate.objects.select_related("cluster")
+    }
+    assert rates == {
+        ("local", "h100", "2.5000", "EUR"),
+        ("local", "a100", "1.6000", "EUR"),
+        ("local", "", "2.0000", "EUR"),
+        ("north", "l40s", "1.1000", "EUR"),
+        ("north", "", "1.1000", "EUR"),
+    }
     first = timezone.now().date().replace(day=1)
     assert {rate.valid_from.date() for rate in Rate.objects.all()} == {first}

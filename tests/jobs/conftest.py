@@ -19,19 +19,33 @@ from jobs.services import cluster_check, cluster_sync_inventory
 from jobs.slurm import SlurmClient, SlurmError
 from tenants.models import Project
 from tests.factories import add_project_member, grant_allocation, make_project, make_tenant, make_user
+from tests.live_clusters import LiveCluster
 
 
 def local_cluster() -> Cluster:
     """The local cluster registered and its inventory synced, as the workers would have left it."""
-    cluster, _ = Cluster.objects.get_or_create(
+    return _registered(
         name="local",
-        defaults={
-            "slurmrestd_url": settings.LOCAL_CLUSTER_URL,
-            "jwt_key_file": settings.LOCAL_CLUSTER_KEY_FILE,
-            "log_root": settings.LOCAL_CLUSTER_LOG_ROOT,
-            "admin_user": settings.LOCAL_CLUSTER_ADMIN_USER,
-        },
+        slurmrestd_url=settings.LOCAL_CLUSTER_URL,
+        jwt_key_file=settings.LOCAL_CLUSTER_KEY_FILE,
+        log_root=settings.LOCAL_CLUSTER_LOG_ROOT,
+        admin_user=settings.LOCAL_CLUSTER_ADMIN_USER,
     )
+
+
+def registered_cluster(live: LiveCluster) -> Cluster:
+    """A live cluster of any generation registered in the portal and its inventory synced."""
+    return _registered(
+        name=live.name,
+        slurmrestd_url=live.slurmrestd_url,
+        jwt_key_file=live.jwt_key_file,
+        log_root=live.log_root,
+        admin_user=live.admin_user,
+    )
+
+
+def _registered(*, name: str, **connection: str) -> Cluster:
+    cluster, _ = Cluster.objects.get_or_create(name=name, defaults=connection)
     client = slurm_client_for(cluster)
     assert cluster_check(cluster=cluster, client=client), cluster.last_ping_error
     cluster_sync_inventory(cluster=cluster, client=client)
@@ -45,6 +59,8 @@ class LiveProject:
     member: User  # runs as the POSIX user alice
     manager: User  # runs as bob
     api: APIClient  # logged in as `member`
+    partition: str = "h100"
+    gpu_type: str = "h100"
 
     @property
     def label(self) -> str:
@@ -58,10 +74,10 @@ class LiveProject:
     def submit(self, **fields: object) -> dict[str, object]:
         body = {
             "project": self.label,
-            "cluster": "local",
-            "partition": "h100",
+            "cluster": self.cluster.name,
+            "partition": self.partition,
             "gpus": 1,
-            "gpu_type": "h100",
+            "gpu_type": self.gpu_type,
             "time_limit_minutes": 2,
             "script": "#!/bin/bash\necho hello\n",
             **fields,
@@ -92,7 +108,19 @@ class LiveProject:
 @pytest.fixture
 def live_project(slurm_client: SlurmClient) -> Iterator[LiveProject]:
     """A tenant and project with its Slurm account; alice as member, bob as manager. Cleaned up in Slurm after."""
-    cluster = local_cluster()
+    yield from _live_project(local_cluster(), slurm_client)
+
+
+@pytest.fixture
+def contract_project(live: LiveCluster) -> Iterator[LiveProject]:
+    """`live_project` on each live cluster in turn (Slurm 22.05, 24.11, 26.05)."""
+    cluster = registered_cluster(live)
+    yield from _live_project(cluster, slurm_client_for(cluster), partition=live.gpu_partition, gpu_type=live.gpu_type)
+
+
+def _live_project(
+    cluster: Cluster, slurm_client: SlurmClient, *, partition: str = "h100", gpu_type: str = "h100"
+) -> Iterator[LiveProject]:
     member, manager = make_user(), make_user()
     ClusterAccount.objects.create(cluster=cluster, user=member, username="alice")
     ClusterAccount.objects.create(cluster=cluster, user=manager, username="bob")
@@ -104,11 +132,21 @@ def live_project(slurm_client: SlurmClient) -> Iterator[LiveProject]:
     project_slurm_sync(project_id=project.pk)
     api = APIClient()
     api.force_authenticate(member)
-    yield LiveProject(cluster=cluster, project=project, member=member, manager=manager, api=api)
-    _remove_from_slurm(slurm_client, account=project.slurm_account, parent=tenant.slurm_parent_account)
+    yield LiveProject(
+        cluster=cluster,
+        project=project,
+        member=member,
+        manager=manager,
+        api=api,
+        partition=partition,
+        gpu_type=gpu_type,
+    )
+    _remove_from_slurm(
+        slurm_client, account=project.slurm_account, parent=tenant.slurm_parent_account, cluster=cluster.name
+    )
 
 
-def _remove_from_slurm(client: SlurmClient, *, account: str, parent: str) -> None:
+def _remove_from_slurm(client: SlurmClient, *, account: str, parent: str, cluster: str = "local") -> None:
     listing = client.list_jobs()
     for job in listing.jobs if listing else ():
         if job.account == account and not job.state.is_finished:
@@ -117,7 +155,7 @@ def _remove_from_slurm(client: SlurmClient, *, account: str, parent: str) -> Non
         for _ in range(40):  # slurmdbd refuses while a cancelled job is still completing
             try:
                 for user in ("alice", "bob"):
-                    _remove_association(client, account=name, user=user)
+                    _remove_association(client, account=name, user=user, cluster=cluster)
                 client.delete_account(name=name)
                 break
             except SlurmError as exc:
@@ -130,9 +168,9 @@ def _remove_from_slurm(client: SlurmClient, *, account: str, parent: str) -> Non
             return
 
 
-def _remove_association(client: SlurmClient, *, account: str, user: str) -> None:
+def _remove_association(client: SlurmClient, *, account: str, user: str, cluster: str) -> None:
     try:
-        client.remove_user_association(account=account, user=user, cluster="local")
+        client.remove_user_association(account=account, user=user, cluster=cluster)
     except SlurmError as exc:
         if not any(message.error_number in (1900, 9003) for message in exc.messages) and exc.status_code != 404:
             raise

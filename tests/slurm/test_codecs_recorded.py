@@ -1,4 +1,4 @@
-"""The data_parser codecs (v0.0.41-v0.0.44) against recorded slurmrestd replies and the OpenAPI specs."""
+"""The data_parser codecs (v0.0.40-v0.0.45) against recorded slurmrestd replies and the OpenAPI specs."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ from jobs.slurm.types import (  # noqa: E402
     SlurmJob,
 )
 
-DATA_PARSER_VERSIONS = ("0.0.41", "0.0.42", "0.0.43", "0.0.44")
+# Recorded replies exist for v0.0.41-v0.0.44; v0.0.40 and v0.0.45 are covered through their schemas.
+DATA_PARSER_VERSIONS = ("0.0.40", "0.0.41", "0.0.42", "0.0.43", "0.0.44", "0.0.45")
 _RECORDED_JSON = RECORDED_DIR.glob("*/0.0.4[1-4]/*.json")
 RECORDED_FILES = sorted(path for path in _RECORDED_JSON if path.name != "status.json")
 RECORDED_DIRS = sorted({path.parent for path in RECORDED_FILES})
@@ -222,9 +223,9 @@ def test_job_states_times_and_exit_codes(directory: Path) -> None:
     failed = _only_job(f"{prefix}/slurm-job-failed")
     assert (failed.state, failed.state_reason, failed.exit_code) == (JobState.FAILED, "NonZeroExitCode", 1)
 
-    # Killed by SIGTERM at its time limit: exit_code has no return code, only the signal.
+    # Killed by SIGTERM at its time limit: exit_code has no return code, only the signal; 128 + 15, as bash says.
     timeout = _only_job(f"{prefix}/slurm-job-timeout")
-    assert (timeout.state, timeout.state_reason, timeout.exit_code) == (JobState.TIMEOUT, "TimeLimit", None)
+    assert (timeout.state, timeout.state_reason, timeout.exit_code) == (JobState.TIMEOUT, "TimeLimit", 143)
     assert timeout.end_time is not None
 
     running = _only_job(f"{prefix}/slurm-job-running")
@@ -255,7 +256,7 @@ def test_exact_failed_and_timeout_jobs() -> None:
     )
 
     timeout = _only_job("25.11/0.0.44/slurm-job-timeout")
-    assert (timeout.job_id, timeout.time_limit_minutes, timeout.exit_code) == (5737, 1, None)
+    assert (timeout.job_id, timeout.time_limit_minutes, timeout.exit_code) == (5737, 1, 143)
     assert timeout.end_time == _utc(2025, 11, 12, 10, 15, 39)
 
 
@@ -570,6 +571,17 @@ def test_partitions() -> None:
     assert debug.max_time_minutes == 60
 
 
+def test_default_partition_from_v0_0_45() -> None:
+    # v0.0.45 adds top-level partition flags; 26.05.5 says ["DEFAULT"] for a Default=YES partition.
+    body = _load("25.11/0.0.44/slurm-partitions")
+    body["partitions"][0]["flags"] = ["DEFAULT"]
+    body["partitions"][1]["flags"] = []
+
+    normal, gpu = codec_for("0.0.45").decode_partitions(body)
+
+    assert (normal.is_default, gpu.is_default) == (True, False)
+
+
 # Ping, errors, warnings -----------------------------------------------------------------------------
 
 
@@ -587,6 +599,26 @@ def test_ping_not_responding() -> None:
     older = _load("25.11/0.0.41/slurm-ping")
     older["pings"][0]["pinged"] = "DOWN"
     assert codec_for("0.0.41").decode_ping(older)[0] is False
+
+
+@pytest.mark.parametrize(
+    ("version", "ping", "responding"),
+    [
+        # As 24.11.5 and 26.05.5 answered here: v0.0.40 has only `pinged`, v0.0.45 dropped it.
+        ("0.0.40", {"hostname": "vm", "pinged": "UP", "latency": 1643, "mode": "primary"}, True),
+        ("0.0.40", {"hostname": "vm", "pinged": "DOWN", "latency": 0, "mode": "primary"}, False),
+        ("0.0.45", {"hostname": "vm", "responding": True, "latency": 974, "primary": True, "status": "No error"}, True),
+        ("0.0.45", {"hostname": "vm", "responding": False, "latency": 0, "primary": True, "status": "Down"}, False),
+    ],
+)
+def test_ping_of_the_versions_without_recordings(version: str, ping: dict[str, Any], responding: bool) -> None:
+    meta = {
+        "slurm": {"version": {"major": "26", "micro": "5", "minor": "05"}, "release": "26.05.5", "cluster": "south"}
+    }
+    body = {"pings": [ping], "meta": meta, "errors": [], "warnings": []}
+    _assert_matches_schema(version, "openapi_ping_array_resp", body)
+
+    assert codec_for(version).decode_ping(body) == (responding, "26.05.5", "south")
 
 
 def test_errors_keep_slurm_words_number_and_source() -> None:
@@ -673,6 +705,19 @@ def test_encode_accounts(version: str) -> None:
 
 
 @pytest.mark.parametrize("version", DATA_PARSER_VERSIONS)
+def test_encode_account_creation(version: str) -> None:
+    account = AccountInfo(name="proj-42", description="Protein folding", organization="acme")
+    creation = codec_for(version).encode_account_creation(
+        account, cluster="hpc", parent_account="acme", gpu_minutes_limit=600
+    )
+
+    assert creation is not None
+    path, payload = creation
+    assert f"/slurmdb/v{version}{path}" in _spec(version)["paths"]
+    _assert_matches_schema(version, "openapi_accounts_add_cond_resp", payload)
+
+
+@pytest.mark.parametrize("version", DATA_PARSER_VERSIONS)
 def test_association_query_uses_the_versions_parameter_names(version: str) -> None:
     codec = codec_for(version)
     assert isinstance(codec, DataParserCodec)
@@ -682,7 +727,7 @@ def test_association_query_uses_the_versions_parameter_names(version: str) -> No
     parameters = spec["paths"][f"/slurmdb/v{version}/associations/"]["get"]["parameters"]
     declared = {parameter["name"] for parameter in parameters}
     assert set(params) <= declared
-    assert ("with_deleted" in params) is (version == "0.0.41")
+    assert ("with_deleted" in params) is (version in {"0.0.40", "0.0.41"})
 
 
 # Submission -----------------------------------------------------------------------------------------
@@ -820,9 +865,13 @@ _SPECS: dict[str, dict[str, Any]] = {}
 
 def _spec(version: str) -> dict[str, Any]:
     if version not in _SPECS:
-        # v0.0.38 comes from Slurm 22.05's own tree, named after its slurmctld half.
-        file_name = "slurm-v0.0.38.json" if version == "0.0.38" else f"v{version}.json"
-        _SPECS[version] = json.loads((SPEC_DIR / file_name).read_text())
+        if version == "0.0.38":  # from Slurm 22.05's own tree, named after its slurmctld half
+            path = SPEC_DIR / "slurm-v0.0.38.json"
+        elif version == "0.0.40":  # no file of its own: the one 24.11.5's slurmrestd served, with v0.0.41/42
+            path = RECORDED_DIR / "24.11" / "openapi-v3.json"
+        else:
+            path = SPEC_DIR / f"v{version}.json"
+        _SPECS[version] = json.loads(path.read_text())
     return _SPECS[version]
 
 
@@ -873,3 +922,82 @@ def test_v0_0_38_submit_payloads_match_the_v0_0_38_spec(name: str) -> None:
     payload = codec_for("0.0.38").encode_submit(SUBMISSIONS[name])
 
     _assert_matches_schema("0.0.38", "job_submission", payload)
+
+
+# What each decoder reads, declared by each version's schema -------------------------------------------
+
+
+def _under(prefix: str, *fields: str) -> list[str]:
+    return [f"{prefix}{field}" for field in fields]
+
+
+_READ_FIELDS = {
+    "openapi_job_info_resp": [
+        *_under("jobs[].", "job_id", "name", "account", "partition", "user_name", "job_state", "state_reason"),
+        *_under("jobs[].", "comment", "submit_time", "start_time", "end_time", "time_limit", "restart_cnt"),
+        *_under("jobs[].", "nodes", "node_count", "tasks", "standard_output", "standard_error"),
+        *_under("jobs[].", "tres_alloc_str", "gres_detail", "tres_per_job", "tres_per_node", "tres_per_task"),
+        *_under("jobs[].", "tres_per_socket"),
+        *_under("jobs[].exit_code.", "status", "return_code.number", "signal.id.number"),
+        "last_update.number",
+        *_under("errors[].", "description", "error_number", "source"),
+        "warnings[].description",
+    ],
+    "openapi_slurmdbd_jobs_resp": [
+        *_under("jobs[].", "job_id", "name", "account", "user", "partition", "cluster"),
+        *_under("jobs[].", "state.current", "comment.job", "tres.allocated[].count"),
+        *_under("jobs[].time.", "submission", "start", "end", "elapsed"),
+        *_under("jobs[].exit_code.", "status", "return_code.number", "signal.id.number"),
+    ],
+    "openapi_nodes_resp": _under(
+        "nodes[].", "name", "state", "reason", "partitions", "cpus", "alloc_cpus", "real_memory", "gres", "gres_used"
+    ),
+    "openapi_partition_resp": _under(
+        "partitions[].", "name", "nodes.configured", "maximums.time.number", "defaults.time.number", "partition.state"
+    ),
+    "openapi_accounts_resp": _under("accounts[].", "name", "description", "organization"),
+    "openapi_assocs_resp": _under(
+        "associations[].", "account", "cluster", "user", "parent_account", "max.tres.group.minutes[].count"
+    ),
+    "openapi_job_submit_response": ["job_id", "job_submit_user_msg"],
+}
+
+
+def _schema_at(version: str, schema_name: str, dotted: str) -> dict[str, Any] | None:
+    """The schema of a field ("jobs[].exit_code.status") of a named schema; None where it is not declared."""
+    spec = _spec(version)
+    schemas = spec["components"]["schemas"]
+
+    def resolved(schema: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in schema:
+            schema = schemas[schema["$ref"].removeprefix("#/components/schemas/")]
+        return schema
+
+    schema = resolved(schemas[f"v{version}_{schema_name}"])
+    for part in dotted.split("."):
+        name, is_list = part.removesuffix("[]"), part.endswith("[]")
+        child = schema.get("properties", {}).get(name)
+        if child is None:
+            return None
+        schema = resolved(child)
+        if is_list:
+            schema = resolved(schema["items"])
+    return schema
+
+
+@pytest.mark.parametrize("version", DATA_PARSER_VERSIONS)
+def test_fields_the_decoders_read_are_in_the_versions_schema(version: str) -> None:
+    missing = [
+        f"{schema_name}: {field}"
+        for schema_name, fields in _READ_FIELDS.items()
+        for field in fields
+        if _schema_at(version, schema_name, field) is None
+    ]
+    assert missing == []
+    # Per version: where the ping says it answered, the expanded output paths, the partition flags.
+    older = version in {"0.0.40", "0.0.41"}
+    assert (_schema_at(version, "openapi_ping_array_resp", "pings[].pinged") is not None) is (version != "0.0.45")
+    assert (_schema_at(version, "openapi_ping_array_resp", "pings[].responding") is not None) is not older
+    expanded = _schema_at(version, "openapi_job_info_resp", "jobs[].stdout_expanded")
+    assert (expanded is not None) is (version >= "0.0.43")
+    assert (_schema_at(version, "openapi_partition_resp", "partitions[].flags") is not None) is (version == "0.0.45")

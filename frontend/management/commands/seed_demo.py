@@ -1,4 +1,8 @@
-"""`manage.py seed_demo`: the demo tenants, projects, users, allocations and the local cluster. Safe to run again.
+"""`manage.py seed_demo`: the demo tenants, projects, users, allocations and the local clusters. Safe to run again.
+
+The clusters: the 22.05 one from the LOCAL_CLUSTER_* settings, and every newer one `scripts/cluster.sh up`
+described as up in DEMO_CLUSTER_REGISTRY (north: Slurm 24.11, south: Slurm 26.05). A real site registers its
+clusters with `manage.py cluster_add` instead.
 
 Tenants, projects and memberships are made through tenants.services, as a portal admin would make them, so
 they get their Slurm account names and audit events and the Slurm sync is scheduled. A second run only changes
@@ -8,8 +12,10 @@ what differs from the demo (a name, a role) and creates nothing twice.
 from __future__ import annotations
 
 import calendar
+import json
 from datetime import date
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -40,16 +46,24 @@ DEMO_USERS = {
     "bob": ("acme", TenantRole.MEMBER, {"vision": ProjectRole.MEMBER}),
     "carol": ("globex", TenantRole.ADMIN, {"genomics": ProjectRole.MANAGER}),
 }
-# This month's GPU-hours: a large H100 allocation, a smaller A100 one and a small one of any type that is easy
-# to use up in a demo (a 4-GPU job of 2 hours needs 8 of its 50). Acme's admins may hand out 200 more.
+# This month's GPU-hours per (cluster, tenant, project): on the 22.05 cluster a large H100 allocation, a smaller
+# A100 one and a small one of any type that is easy to use up in a demo (a 4-GPU job of 2 hours needs 8 of its
+# 50); on the newer clusters, where they are up, L40S hours for acme/vision and H200 hours for globex/genomics.
+# Acme's admins may hand out 200 more on the 22.05 cluster.
 DEMO_ALLOCATIONS = {
-    ("acme", "vision"): (Decimal(500), "h100"),
-    ("acme", "nlp"): (Decimal(100), "a100"),
-    ("globex", "genomics"): (Decimal(50), ""),
+    ("local", "acme", "vision"): (Decimal(500), "h100"),
+    ("local", "acme", "nlp"): (Decimal(100), "a100"),
+    ("local", "globex", "genomics"): (Decimal(50), ""),
+    ("north", "acme", "vision"): (Decimal(200), "l40s"),
+    ("south", "globex", "genomics"): (Decimal(80), "h200"),
 }
 DEMO_TENANT_POOLS = {"acme": Decimal(200)}
-# Prices per GPU-hour on the local cluster, from the first of this month; other types fall back to the any-type rate.
-DEMO_RATES = {"h100": Decimal("2.50"), "a100": Decimal("1.60"), "": Decimal("2.00")}
+# Prices per GPU-hour per cluster, from the first of this month; other types fall back to the any-type rate.
+DEMO_RATES = {
+    "local": {"h100": Decimal("2.50"), "a100": Decimal("1.60"), "": Decimal("2.00")},
+    "north": {"l40s": Decimal("1.10"), "": Decimal("1.10")},
+    "south": {"h200": Decimal("3.40"), "": Decimal("3.40")},
+}
 DEMO_CURRENCY = "EUR"
 
 # A saved template of acme/vision, next to the built-in ones.
@@ -95,16 +109,8 @@ class Command(BaseCommand):
         admin.is_staff = admin.is_superuser = True
         admin.save()
 
-        cluster, _ = Cluster.objects.update_or_create(
-            name="local",
-            defaults={
-                "slurmrestd_url": settings.LOCAL_CLUSTER_URL,
-                "jwt_key_file": settings.LOCAL_CLUSTER_KEY_FILE,
-                "log_root": settings.LOCAL_CLUSTER_LOG_ROOT,
-                "admin_user": settings.LOCAL_CLUSTER_ADMIN_USER,
-                "is_active": True,
-            },
-        )
+        clusters = self._clusters()
+        cluster = clusters["local"]
 
         tenants: dict[str, Tenant] = {}
         projects: dict[tuple[str, str], Project] = {}
@@ -118,7 +124,10 @@ class Command(BaseCommand):
             self._tenant_member(tenants[tenant_slug], user, tenant_role)
             for project_slug, project_role in project_roles.items():
                 self._project_member(projects[tenant_slug, project_slug], user, project_role)
-            ClusterAccount.objects.update_or_create(cluster=cluster, user=user, defaults={"username": username})
+            for each_cluster in clusters.values():  # the same POSIX users on every cluster
+                ClusterAccount.objects.update_or_create(
+                    cluster=each_cluster, user=user, defaults={"username": username}
+                )
 
         vision = projects["acme", "vision"]
         if not JobTemplate.objects.filter(project=vision, name=DEMO_TEMPLATE["name"]).exists():
@@ -126,17 +135,26 @@ class Command(BaseCommand):
             job_template_save(user=self._user("alice"), project=vision, values=DEMO_TEMPLATE)
 
         first_day, last_day = _this_month()
-        for (tenant_slug, project_slug), (gpu_hours, gpu_type) in DEMO_ALLOCATIONS.items():
+        for (cluster_name, tenant_slug, project_slug), (gpu_hours, gpu_type) in DEMO_ALLOCATIONS.items():
             project = projects[tenant_slug, project_slug]
+            allocation_cluster = clusters.get(cluster_name)
+            if allocation_cluster is None:
+                continue  # that cluster is not up on this machine
             if not Allocation.objects.filter(
-                project=project, cluster=cluster, gpu_type=gpu_type, starts_on__lte=last_day, ends_on__gte=first_day
+                project=project,
+                cluster=allocation_cluster,
+                gpu_type=gpu_type,
+                starts_on__lte=last_day,
+                ends_on__gte=first_day,
             ).exists():
                 kind = f" on {gpu_type}" if gpu_type else ""
-                self.stdout.write(f"Granting {project} {gpu_hours} GPU-hours{kind} for {first_day:%B %Y}")
+                self.stdout.write(
+                    f"Granting {project} {gpu_hours} GPU-hours{kind} on {cluster_name} for {first_day:%B %Y}"
+                )
                 allocation_create(
                     actor=admin,
                     project=project,
-                    cluster=cluster,
+                    cluster=allocation_cluster,
                     gpu_hours=gpu_hours,
                     gpu_type=gpu_type,
                     starts_on=first_day,
@@ -158,18 +176,54 @@ class Command(BaseCommand):
                     ends_on=last_day,
                 )
 
-        for gpu_type, price in DEMO_RATES.items():
-            if not Rate.objects.filter(cluster=cluster, gpu_type=gpu_type).exists():
-                self.stdout.write(f"Pricing {gpu_type or 'any other GPU type'} at {price} {DEMO_CURRENCY}/GPU-hour")
+        for cluster_name, rates in DEMO_RATES.items():
+            rate_cluster = clusters.get(cluster_name)
+            if rate_cluster is None:
+                continue
+            for gpu_type, price in rates.items():
+                if Rate.objects.filter(cluster=rate_cluster, gpu_type=gpu_type).exists():
+                    continue
+                self.stdout.write(
+                    f"Pricing {gpu_type or 'any other GPU type'} on {cluster_name} at {price} {DEMO_CURRENCY}/GPU-hour"
+                )
                 rate_create(
                     actor=admin,
-                    cluster=cluster,
+                    cluster=rate_cluster,
                     gpu_type=gpu_type,
                     price_per_gpu_hour=price,
                     currency=DEMO_CURRENCY,
                     valid_from=period_start(first_day),
                     note="demo",
                 )
+
+    def _clusters(self) -> dict[str, Cluster]:
+        """The 22.05 cluster from the settings, and the newer local clusters that are up, registered."""
+        connections = {
+            "local": {
+                "slurmrestd_url": settings.LOCAL_CLUSTER_URL,
+                "jwt_key_file": settings.LOCAL_CLUSTER_KEY_FILE,
+                "log_root": settings.LOCAL_CLUSTER_LOG_ROOT,
+                "admin_user": settings.LOCAL_CLUSTER_ADMIN_USER,
+            }
+        }
+        registry = Path(settings.DEMO_CLUSTER_REGISTRY)
+        for name in ("north", "south"):
+            path = registry / f"{name}.json"
+            described = json.loads(path.read_text()) if path.is_file() else {}
+            if described.get("status") == "up":
+                connections[name] = {
+                    key: described[key] for key in ("slurmrestd_url", "jwt_key_file", "log_root", "admin_user")
+                }
+            else:
+                reason = described.get("reason") or f"{path} does not describe it"
+                self.stdout.write(f"Cluster {name} is not up on this machine ({reason}); the demo goes without it")
+        clusters = {}
+        for name, connection in connections.items():
+            cluster = Cluster.objects.filter(name=name).first()
+            if cluster is None:
+                self.stdout.write(f"Registering cluster {name} ({connection['slurmrestd_url']})")
+            clusters[name], _ = Cluster.objects.update_or_create(name=name, defaults={**connection, "is_active": True})
+        return clusters
 
     def _user(self, username: str) -> User:
         user, _ = get_user_model().objects.get_or_create(

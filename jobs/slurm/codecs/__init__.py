@@ -7,7 +7,7 @@ import importlib
 from jobs.slurm.codecs.base import Codec
 
 # Probed in this order: the newest version a daemon serves wins.
-SUPPORTED_VERSIONS_NEWEST_FIRST = ("0.0.44", "0.0.43", "0.0.42", "0.0.41", "0.0.38")
+SUPPORTED_VERSIONS_NEWEST_FIRST = ("0.0.45", "0.0.44", "0.0.43", "0.0.42", "0.0.41", "0.0.40", "0.0.38")
 
 
 def codec_for(version: str) -> Codec:

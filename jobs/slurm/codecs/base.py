@@ -84,6 +84,10 @@ class Codec(ABC):
     def decode_accounting_jobs(self, body: Json) -> list[AccountingRecord]:
         """A GET /slurmdb/.../jobs or /job/{id} reply."""
 
+    def decode_signal_failures(self, body: Json) -> tuple[SlurmMessage, ...]:
+        """The refusals in a DELETE /job/{id} reply that are not in its errors[] (none before v0.0.40)."""
+        return ()
+
     def encode_accounting_time(self, moment: datetime, *, now: datetime) -> str:
         """A `start_time`/`end_time` query value for accounting queries: epoch seconds."""
         return str(epoch(moment))
@@ -110,6 +114,16 @@ class Codec(ABC):
 
     @abstractmethod
     def decode_associations(self, body: Json) -> list[AssociationInfo]: ...
+
+    def encode_account_creation(
+        self, account: AccountInfo, *, cluster: str, parent_account: str, gpu_minutes_limit: int | None
+    ) -> tuple[str, Json] | None:
+        """(path below the slurmdb prefix, payload) that creates an account with its association in one request.
+
+        None where the version has no such request (v0.0.38): the account and its association are then written
+        one after the other.
+        """
+        return None
 
 
 # Shared helpers --------------------------------------------------------------------------------
@@ -151,6 +165,40 @@ def plain_number(value: Any) -> int | None:
         return None
     number: int = value
     return number
+
+
+def shell_exit_code(value: Any) -> int | None:
+    """A job's exit code as the shell reports it (`$?`): the return code, or 128 + N when signal N killed it.
+
+    Reads every shape Slurm uses for it:
+    - v0.0.38 job info: the raw wait status (768 for `exit 3`, 9 for SIGKILL);
+    - dbv0.0.38 accounting: `{status: "SIGNALED", return_code, signal: {signal_id, name}}`;
+    - v0.0.40+ job info and accounting: `{status: ["SIGNALED"], return_code: {set, infinite, number},
+      signal: {id: {set, infinite, number}, name}}`.
+    None when there is no result yet (PENDING, an unset number) or a signalled job does not say which signal.
+    """
+    if not isinstance(value, dict) or not {"status", "return_code", "signal"} & value.keys():
+        wait_status = plain_number(value)
+        return None if wait_status is None else _shell_code_of_wait_status(wait_status)
+    status = value.get("status")
+    statuses = {status} if isinstance(status, str) else {item for item in status or () if isinstance(item, str)}
+    signal = value.get("signal")
+    signal_number = plain_number(signal.get("id", signal.get("signal_id"))) if isinstance(signal, dict) else None
+    if signal_number:
+        return 128 + signal_number
+    if "SIGNALED" in statuses:
+        return None
+    return plain_number(value.get("return_code"))
+
+
+def _shell_code_of_wait_status(wait_status: int) -> int | None:
+    # The layout of POSIX wait(2) statuses, decoded by hand so the result is the same on every platform.
+    signal_number = wait_status & 0x7F
+    if signal_number == 0:  # exited: the return code is the second byte
+        return (wait_status >> 8) & 0xFF
+    if signal_number == 0x7F:  # stopped, not ended
+        return None
+    return 128 + signal_number
 
 
 def timestamp(value: Any) -> datetime | None:

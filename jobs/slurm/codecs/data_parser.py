@@ -1,4 +1,4 @@
-"""What the data_parser API versions (v0.0.41 to v0.0.44) share: one codec, with per-version hooks."""
+"""What the data_parser API versions (v0.0.40 to v0.0.45) share: one codec, with per-version hooks."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from jobs.slurm.codecs.base import (
     gpus_in_tres_list,
     messages_from,
     plain_number,
+    shell_exit_code,
     timestamp,
     untyped_gpu_count,
 )
@@ -41,7 +42,8 @@ MINIMAL_ENVIRONMENT = ("PATH=/usr/bin:/bin",)
 class DataParserCodec(Codec):
     """Encodes and decodes the data_parser shapes; subclasses override only what their version changed.
 
-    The defaults here are those of v0.0.42 and later; `V0041Codec` restores the few older names.
+    The defaults here are those of v0.0.42 and later; `V0041Codec` (and `V0040Codec` after it) restores the
+    few older names.
     """
 
     # Flag of GET /slurmdb/vX/associations/ that includes deleted ones. v0.0.42 renamed every flag
@@ -140,8 +142,9 @@ class DataParserCodec(Codec):
             gpus=gpus,
             gpu_type=gpu_type,
             nodes=nodes,
-            # Until the job ends its exit_code reads {SUCCESS, 0}, which is not a result yet.
-            exit_code=_return_code(raw.get("exit_code")) if state.is_finished else None,
+            # Until the job ends its exit_code reads {SUCCESS, 0}, which is not a result yet; a job that never got
+            # nodes (cancelled while pending, BadConstraints) has slurmctld's 1, which would read as signal 1.
+            exit_code=shell_exit_code(raw.get("exit_code")) if state.is_finished and started else None,
             standard_output=standard_output,
             standard_error=standard_error,
             restart_count=plain_number(raw.get("restart_cnt")) or 0,
@@ -187,6 +190,19 @@ class DataParserCodec(Codec):
         standard_error = next(filter(None, (_text(raw.get(key)) for key in self.stderr_fields)), "")
         return standard_output, standard_error or standard_output
 
+    def decode_signal_failures(self, body: Json) -> tuple[SlurmMessage, ...]:
+        # `status[]`: one entry per job signalled, `error.code` 0 when it was. Measured on 24.11 and 26.05: another
+        # user's cancel answers HTTP 200, errors[] empty, and {error: {code: 2002, string: "Access/permission
+        # denied"}} here.
+        failures = []
+        for entry in _list(body.get("status")):
+            error = _dict(_dict(entry).get("error"))
+            code = plain_number(error.get("code"))
+            if code:
+                text = _text(error.get("message")) or _text(error.get("string")) or f"Slurm error {code}"
+                failures.append({"error_number": code, "description": f"job {_job_id_text(entry)}: {text}"})
+        return messages_from(failures, text_keys=("description",))
+
     def decode_accounting_jobs(self, body: Json) -> list[AccountingRecord]:
         return [self._decode_accounting_job(raw) for raw in _list(body.get("jobs")) if isinstance(raw, dict)]
 
@@ -212,7 +228,8 @@ class DataParserCodec(Codec):
             elapsed_seconds=plain_number(time.get("elapsed")) or 0,
             gpus_allocated=gpus,
             gpu_type=gpu_type,
-            exit_code=_return_code(raw.get("exit_code")) if state.is_finished else None,
+            # The job's own record: slurmdbd notes a time limit's or scancel's signal on the batch step only.
+            exit_code=shell_exit_code(raw.get("exit_code")) if state.is_finished else None,
         )
 
     # Cluster ----------------------------------------------------------------------------------------
@@ -256,8 +273,8 @@ class DataParserCodec(Codec):
                     # Infinite (and unset) limits come back as None: no limit.
                     max_time_minutes=plain_number(_dict(raw.get("maximums")).get("time")),
                     default_time_minutes=plain_number(_dict(raw.get("defaults")).get("time")),
-                    # No v0.0.41-v0.0.44 spec nor recorded reply carries Default=YES; a flag is honoured
-                    # should a later point release add one.
+                    # Default=YES shows only from v0.0.45, as `flags: ["DEFAULT"]`; v0.0.40-v0.0.44 have no
+                    # marker for it.
                     is_default="DEFAULT" in flags,
                     state=",".join(states) or "UNKNOWN",
                 )
@@ -279,6 +296,22 @@ class DataParserCodec(Codec):
                 for account in accounts
             ]
         }
+
+    def encode_account_creation(
+        self, account: AccountInfo, *, cluster: str, parent_account: str, gpu_minutes_limit: int | None
+    ) -> tuple[str, Json] | None:
+        # Measured on 24.11 (v0.0.42): POST /associations/ creates a new account association without its
+        # `parent_account` (the account hangs outside the tree, gets no QOS, and its jobs are refused with
+        # "Invalid qos specification"), although it honours the field when it modifies one. This request
+        # creates the account under its parent; for an account that exists it changes nothing (HTTP 304).
+        association: Json = {"parent": parent_account or "root"}
+        if gpu_minutes_limit is not None:
+            association["grptresmins"] = [{"type": "gres", "name": "gpu", "count": gpu_minutes_limit}]
+        payload: Json = {
+            "association_condition": {"accounts": [account.name], "clusters": [cluster], "association": association},
+            "account": {"description": account.description, "organization": account.organization},
+        }
+        return "/accounts_association/", payload
 
     def decode_accounts(self, body: Json) -> list[AccountInfo]:
         return [
@@ -364,16 +397,14 @@ def _number_struct(number: int) -> Json:
     return {"set": True, "infinite": False, "number": number}
 
 
-def _return_code(exit_code: Any) -> int | None:
-    """The return code of `{status, return_code, signal}`; None when a signal ended the job instead."""
-    if isinstance(exit_code, dict) and "return_code" in exit_code:
-        return plain_number(exit_code["return_code"])
-    return plain_number(exit_code)
-
-
 def _gres_strings(value: Any) -> list[str]:
     """The gres/TRES strings of a field that holds one string or a list of them."""
     return [value] if isinstance(value, str) else [item for item in _list(value) if isinstance(item, str)]
+
+
+def _job_id_text(entry: Any) -> str:
+    job_id = _dict(entry).get("job_id")
+    return str(plain_number(job_id) if isinstance(job_id, dict) else job_id)
 
 
 def _dict(value: Any) -> Json:

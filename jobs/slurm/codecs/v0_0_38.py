@@ -14,6 +14,7 @@ from jobs.slurm.codecs.base import (
     gpus_in_tres_list,
     messages_from,
     plain_number,
+    shell_exit_code,
     timestamp,
     untyped_gpu_count,
 )
@@ -134,7 +135,9 @@ class V0038Codec(Codec):
             gpus=gpus,
             gpu_type=gpu_type,
             nodes=raw.get("nodes") or "",
-            exit_code=plain_number(raw.get("exit_code")) if state.is_finished else None,
+            # The raw wait status: 768 for `exit 3`, 9 for SIGKILL.
+            # A job that never got nodes has slurmctld's 1 here, which would read as signal 1: no result.
+            exit_code=shell_exit_code(raw.get("exit_code")) if state.is_finished and raw.get("nodes") else None,
             standard_output=raw.get("standard_output") or "",
             standard_error=raw.get("standard_error") or "",
             restart_count=plain_number(raw.get("restart_cnt")) or 0,
@@ -147,7 +150,7 @@ class V0038Codec(Codec):
         time = raw.get("time") or {}
         state = raw.get("state") or {}
         gpus, gpu_type = gpus_in_tres_list((raw.get("tres") or {}).get("allocated") or [])
-        exit_code = raw.get("exit_code") or {}
+        job_state = JobState.parse(state.get("current"))
         comment = raw.get("comment")
         return AccountingRecord(
             job_id=int(raw["job_id"]),
@@ -156,7 +159,7 @@ class V0038Codec(Codec):
             user_name=raw.get("user") or "",
             partition=raw.get("partition") or "",
             cluster=raw.get("cluster") or "",
-            state=JobState.parse(state.get("current")),
+            state=job_state,
             comment=(comment.get("job") or "") if isinstance(comment, dict) else (comment or ""),
             submit_time=timestamp(time.get("submission")),
             start_time=timestamp(time.get("start")),
@@ -164,7 +167,7 @@ class V0038Codec(Codec):
             elapsed_seconds=plain_number(time.get("elapsed")) or 0,
             gpus_allocated=gpus,
             gpu_type=gpu_type,
-            exit_code=plain_number(exit_code.get("return_code")) if isinstance(exit_code, dict) else None,
+            exit_code=_accounting_exit_code(raw.get("exit_code"), job_state),
         )
 
     # Cluster -----------------------------------------------------------------------------------
@@ -264,6 +267,20 @@ class V0038Codec(Codec):
                 )
             )
         return associations
+
+
+def _accounting_exit_code(exit_code: Any, state: JobState) -> int | None:
+    """The exit code of a dbv0.0.38 record, where 22.05 keeps it.
+
+    22.05's dumper writes every normal exit as `{status: "SUCCESS", return_code: 0}`: measured here, a job
+    ending in `exit 3` reads so while sacct shows its 3:0. A signal is kept (`SIGNALED`, `signal_id` 9 for
+    SIGKILL). So a SUCCESS says the code only where the state implies it: 0 for COMPLETED; else it is unknown.
+    """
+    if not isinstance(exit_code, dict):
+        return None
+    if exit_code.get("status") == "SUCCESS" and state is not JobState.COMPLETED:
+        return None
+    return shell_exit_code(exit_code)
 
 
 CODEC = V0038Codec()

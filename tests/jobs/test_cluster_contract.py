@@ -1,0 +1,112 @@
+"""The portal's contract with every Slurm generation: the same journey on each live cluster (22.05, 24.11, 26.05).
+
+Registering the cluster, reading its inventory, creating the project's account and associations, submitting
+through the API and a real Celery worker, following the job to its end, reading its log, charging what Slurm
+accounted, cancelling, and writing the GPU-minute limit and repairing it when changed behind the portal's back.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from jobs.accounts import cluster_slurm_reconcile
+from jobs.clusters import slurm_client_for
+from jobs.models import Cluster, GpuType, Job, JobState, Partition, SlurmDriftKind
+from jobs.quota_limits import quota_limit_sync
+from jobs.quota_usage import QuotaUsageResult, quota_usage_collect
+from jobs.slurm.codecs import SUPPORTED_VERSIONS_NEWEST_FIRST
+from quotas.models import LedgerEntry
+from tests.jobs.conftest import LiveProject
+from tests.live_clusters import LiveCluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
+
+
+def _collect_until_charged(project: LiveProject, job: Job) -> QuotaUsageResult:
+    """Collect as the periodic sync does, every second, until the job is charged: slurmdbd may take a moment."""
+    deadline = time.monotonic() + 60
+    while True:
+        cluster = Cluster.objects.get(pk=project.cluster.pk)
+        result = quota_usage_collect(cluster=cluster, client=slurm_client_for(cluster))
+        if LedgerEntry.objects.filter(job=job, kind="charge").exists() or time.monotonic() > deadline:
+            return result
+        time.sleep(1)
+
+
+def test_the_cluster_is_registered_with_its_version_and_inventory(
+    live: LiveCluster, contract_project: LiveProject
+) -> None:
+    cluster = Cluster.objects.get(pk=contract_project.cluster.pk)
+
+    assert cluster.api_version in SUPPORTED_VERSIONS_NEWEST_FIRST
+    assert cluster.slurm_release == live.slurm_release
+    assert (cluster.last_ping_ok, cluster.last_ping_error) == (True, "")
+    partitions = {partition.name: partition for partition in Partition.objects.filter(cluster=cluster)}
+    assert {"debug", live.gpu_partition} <= set(partitions)
+    assert partitions[live.gpu_partition].gpu_types == [live.gpu_type]
+    assert partitions[live.gpu_partition].max_gpus_per_node == live.gpus_per_node
+    gpu_type = GpuType.objects.get(cluster=cluster, name=live.gpu_type)
+    assert gpu_type.gpus_total == 2 * live.gpus_per_node
+
+
+def test_a_job_goes_from_the_api_through_slurm_to_its_log_and_its_charge(
+    live: LiveCluster, contract_project: LiveProject, celery_worker: str
+) -> None:
+    reply = contract_project.submit(
+        name="contract", gpus=2, script="#!/bin/bash\necho hello from $SLURM_CLUSTER_NAME\n"
+    )
+    failing = contract_project.submit(name="failing", script="#!/bin/bash\necho failing >&2\nexit 3\n")
+
+    job = contract_project.wait_for(reply["id"], lambda job: job.is_final)
+    assert job.state == JobState.COMPLETED
+    assert job.exit_code == 0
+    assert [transition.to_state for transition in job.transitions.order_by("id")][-1] == "completed"
+    log = contract_project.api.get(f"/api/v1/jobs/{job.pk}/log/?stream=stdout")
+    assert log.status_code == 200
+    assert log.content == f"hello from {live.name}\n".encode()
+
+    failed = contract_project.wait_for(failing["id"], lambda job: job.is_final)
+    assert (failed.state, failed.exit_code) == (JobState.FAILED, 3)
+    detail = contract_project.api.get(f"/api/v1/jobs/{failed.pk}/").json()
+    assert detail["exit_code"] == 3
+
+    result = _collect_until_charged(contract_project, job)
+    assert result.accounting_error == ""
+    record = slurm_client_for(contract_project.cluster).accounting_job(job_id=job.slurm_job_id or 0)
+    charge = LedgerEntry.objects.get(job=job, kind="charge")
+    assert charge.gpu_seconds == record.elapsed_seconds * 2
+
+
+def test_a_running_job_is_cancelled_through_the_portal(contract_project: LiveProject, celery_worker: str) -> None:
+    reply = contract_project.submit(name="long", script="#!/bin/bash\necho started\nsleep 300\n")
+    contract_project.wait_for(reply["id"], lambda job: job.state == JobState.RUNNING)
+
+    manager = contract_project.client_for(contract_project.manager)
+    assert manager.post(f"/api/v1/jobs/{reply['id']}/cancel/").status_code == 202
+
+    job = contract_project.wait_for(reply["id"], lambda job: job.is_final)
+    assert job.state == JobState.CANCELLED
+    assert Job.objects.get(pk=job.pk).ended_at is not None
+
+
+def test_the_gpu_minute_limit_is_written_and_drift_is_repaired(
+    live: LiveCluster, contract_project: LiveProject
+) -> None:
+    cluster, project = contract_project.cluster, contract_project.project
+    client = slurm_client_for(cluster)
+    quota_limit_sync(project_id=project.pk, cluster_id=cluster.pk)
+    expected = client.account_gpu_minutes_limit(account=project.slurm_account, cluster=cluster.name)
+    assert expected is not None
+    assert expected > 0
+
+    live.slurm_command("sacctmgr", "-i", "modify", "account", project.slurm_account, "set", "GrpTRESMins=gres/gpu=5")
+    report = cluster_slurm_reconcile(cluster_id=cluster.pk)
+
+    assert report.error == ""
+    assert [(finding["kind"], finding["repaired"]) for finding in report.findings] == [
+        (SlurmDriftKind.GPU_LIMIT.value, True)
+    ]
+    assert client.account_gpu_minutes_limit(account=project.slurm_account, cluster=cluster.name) == expected
+    assert cluster_slurm_reconcile(cluster_id=cluster.pk).findings == []
