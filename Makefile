@@ -7,6 +7,7 @@ DB_NAME ?= gpuportal
 
 demo: cluster database seed portal ## Everything, with demo data, on http://127.0.0.1:8000
 	@$(PY) manage.py shell -v 0 -c "from jobs.tasks import cluster_sync_all, slurm_reconcile_all; cluster_sync_all.delay(); slurm_reconcile_all.delay()"
+	@bash scripts/portal.sh wait-healthy
 	@echo
 	@echo "The portal is running on http://127.0.0.1:8000/"
 	@echo "  Django admin:   http://127.0.0.1:8000/admin/   health: http://127.0.0.1:8000/healthz"

@@ -66,7 +66,44 @@ wait_for_web() {
   return 1
 }
 
+# /healthz answers 200 only when the database, Redis and every registered cluster are ok (as the workers last
+# saw them); `make demo` returns only then, so the first page a newcomer opens is not "degraded".
+wait_healthy() {
+  local body="" deadline=$((SECONDS + ${PORTAL_HEALTH_WAIT_SECS:-120}))
+  while ((SECONDS < deadline)); do
+    if body=$(curl -sf "http://$HOST:$PORT/healthz"); then
+      echo "  healthy: $(summarise_health "$body")"
+      return 0
+    fi
+    body=$(curl -s "http://$HOST:$PORT/healthz" || true)
+    sleep 1
+  done
+  echo "The portal did not report healthy within ${PORTAL_HEALTH_WAIT_SECS:-120} s: $(summarise_health "$body")" >&2
+  echo "Its full answer: $body" >&2
+  return 1
+}
+
+summarise_health() {
+  "$VENV/python" -c '
+import json, sys
+try:
+    body = json.loads(sys.argv[1])
+except ValueError:
+    sys.exit(print("no answer"))
+parts = ["database " + body["database"]["status"], "redis " + body["redis"]["status"]]
+for cluster in body["clusters"]:
+    part = "{} (Slurm {}, API {}) {}".format(
+        cluster["name"], cluster.get("slurm_release") or "?", cluster.get("api_version") or "?", cluster["status"]
+    )
+    parts.append(part + (": " + cluster["error"] if cluster.get("error") else ""))
+print(", ".join(parts))
+' "$1"
+}
+
 case "${1:-}" in
+  wait-healthy)
+    wait_healthy
+    ;;
   up)
     echo "Starting the portal processes"
     for name in "${ORDER[@]}"; do start_one "$name"; done
@@ -82,7 +119,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: $0 {up|down|status}" >&2
+    echo "usage: $0 {up|down|status|wait-healthy}" >&2
     exit 2
     ;;
 esac
