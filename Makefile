@@ -18,8 +18,17 @@ demo: cluster database seed portal ## Everything, with demo data, on http://127.
 test: lint cluster database browser ## The whole suite against the real local cluster, PostgreSQL and Redis
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-venv:
+venv: ## .venv with exactly the versions in requirements.lock
 	@bash scripts/bootstrap.sh
+
+# Re-resolves requirements.lock from pyproject.toml (dev extra included), keeping the pins that still fit; run it
+# after changing a dependency there, and `make lock LOCK_ARGS=--upgrade` to move every pin to its newest release.
+.PHONY: lock
+lock:
+	@[[ -x var/lock-tools/bin/python ]] || python3 -m venv var/lock-tools
+	@var/lock-tools/bin/pip install --quiet uv==0.13.9
+	var/lock-tools/bin/uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 --generate-hashes \
+		--custom-compile-command 'make lock' --quiet $(LOCK_ARGS) -o requirements.lock
 
 browser: ## Debian's Chromium, for the browser journeys in the tests
 	@bash scripts/browser.sh
@@ -48,10 +57,13 @@ stop: ## Stop everything the project started
 	-@bash scripts/cluster.sh down
 	-@bash scripts/services.sh down
 
-lint: venv
+# makemigrations --check reads the migration history from the database, so it wants it up and migrated.
+lint: venv database
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy .
+	.venv/bin/lint-imports --no-cache
+	$(PY) manage.py makemigrations --check --dry-run
 
 # Each portal benchmark recreates its own database (gpuportal_bench), uses Redis databases 10-12 and port 8100,
 # and cancels its jobs; see bench/portal_stack.py.

@@ -218,7 +218,7 @@ class InvoiceOutput(serializers.Serializer[Any]):
     number = serializers.CharField(help_text="Given when finalised")
     gpu_seconds = serializers.IntegerField()
     gpu_hours = serializers.DecimalField(max_digits=14, decimal_places=2)
-    total = _money_field()
+    total = _money_field("The lines' amounts summed")
     built_at = serializers.DateTimeField(help_text="When its lines were last computed from usage")
     finalised_at = serializers.DateTimeField(allow_null=True)
     finalisable_from = serializers.DateTimeField(help_text="When the month closes and the invoice may be finalised")

@@ -154,7 +154,10 @@ class SpendDailyOutput(serializers.Serializer[Any]):
     start = serializers.DateField()
     end = serializers.DateField()
     currency = serializers.CharField(allow_null=True, help_text="Null when nothing was spent")
-    total = _amount_field("The period's cost, rounded once (the days' amounts may differ from it by a cent)")
+    total = _amount_field(
+        "The period's cost, each invoice line's part rounded once, then summed: for a month, what its invoices say "
+        "(the days' amounts may differ from it by a cent)"
+    )
     gpu_hours = gpu_hours_field()
     days = SpendDayOutput(many=True, help_text="Every day of the period, oldest first; zeros included")
     projects = SpendProjectOutput(many=True, allow_null=True, help_text="Per project, most first; null for a project")

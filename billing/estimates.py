@@ -17,7 +17,7 @@ from typing import Any
 from django.utils import timezone
 
 from billing.models import Rate
-from billing.money import amount_due, usage_cost
+from billing.money import amount_billed, usage_cost
 from billing.rates import RateBook
 from jobs.job_services import JobRequest, expected_gpu_type, job_shape_resolve
 from jobs.models import Job, Partition
@@ -92,9 +92,10 @@ def _priced(
 ) -> Estimate:
     rate = RateBook.for_clusters([job.cluster_id]).in_force(cluster_id=job.cluster_id, gpu_type=gpu_type, at=now)
     gpu_seconds = job_gpu_seconds_needed(job)
+    # At the one rate in force now, the job's usage makes one invoice line: rounded as the invoice will round it.
     max_cost = (
-        amount_due(
-            amount=usage_cost(gpu_seconds=gpu_seconds, price_per_gpu_hour=rate.price_per_gpu_hour),
+        amount_billed(
+            line_costs=[usage_cost(gpu_seconds=gpu_seconds, price_per_gpu_hour=rate.price_per_gpu_hour)],
             currency=rate.currency,
         )
         if rate is not None

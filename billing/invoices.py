@@ -11,16 +11,15 @@ from collections import defaultdict
 from collections.abc import Collection
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Sum
-from django.db.models.functions import TruncMonth
+from django.db.models import Count
 from django.utils import timezone
 
 from billing.models import Invoice, InvoiceLine, InvoiceState, UsageShare, first_of_month
-from billing.money import amount_due, zero
+from billing.money import amount_billed, amount_due
+from billing.selectors import usage_per_line
 from billing.usage import billing_lock
 from portal.errors import Conflict
 from quotas.models import period_start
@@ -50,18 +49,7 @@ def invoices_build(*, month: date, tenant_ids: Collection[int] | None = None, no
         if tenant_ids is not None:
             shares = shares.filter(tenant_id__in=tenant_ids)
             invoices = invoices.filter(tenant_id__in=tenant_ids)
-        groups = list(
-            shares.values(
-                "tenant_id", "currency", "project_id", "cluster_id", "gpu_type", "rate_id", "price_per_gpu_hour"
-            )
-            .annotate(
-                usage_month=TruncMonth("day"),
-                gpu_seconds=Sum("gpu_seconds"),
-                cost=Sum("cost"),
-                job_count=Count("usage_record_id", distinct=True),
-            )
-            .order_by()
-        )
+        groups = list(usage_per_line(shares).annotate(job_count=Count("usage_record_id", distinct=True)))
         existing = {(invoice.tenant_id, invoice.currency): invoice for invoice in invoices.select_for_update()}
         missing = {(group["tenant_id"], group["currency"]) for group in groups} - existing.keys()
         created = Invoice.objects.bulk_create(
@@ -75,7 +63,8 @@ def invoices_build(*, month: date, tenant_ids: Collection[int] | None = None, no
 
         InvoiceLine.objects.filter(invoice__in=list(drafts.values())).delete()
         lines: list[InvoiceLine] = []
-        totals: dict[tuple[int, str], list[Any]] = defaultdict(lambda: [0, Decimal(0)])
+        gpu_seconds: dict[tuple[int, str], int] = defaultdict(int)
+        line_costs: dict[tuple[int, str], list[Decimal]] = defaultdict(list)
         for group in groups:
             key = (group["tenant_id"], group["currency"])
             invoice = drafts.get(key)
@@ -92,16 +81,17 @@ def invoices_build(*, month: date, tenant_ids: Collection[int] | None = None, no
                     price_per_gpu_hour=group["price_per_gpu_hour"],
                     usage_month=group["usage_month"],
                     job_count=group["job_count"],
-                    gpu_seconds=group["gpu_seconds"],
+                    gpu_seconds=group["seconds"],
                     amount=amount,
                 )
             )
-            totals[key][0] += group["gpu_seconds"]
-            totals[key][1] += amount
+            gpu_seconds[key] += group["seconds"]
+            line_costs[key].append(group["cost"])
         InvoiceLine.objects.bulk_create(lines, batch_size=5000)
         for key, invoice in drafts.items():
-            invoice.gpu_seconds, total = totals[key]
-            invoice.total = total if key in totals else zero(invoice.currency)
+            invoice.gpu_seconds = gpu_seconds.get(key, 0)
+            # The sum of the lines' amounts, as spend computes it for the same usage.
+            invoice.total = amount_billed(line_costs=line_costs.get(key, []), currency=invoice.currency)
             invoice.built_at = now
         Invoice.objects.bulk_update(list(drafts.values()), ["gpu_seconds", "total", "built_at"], batch_size=1000)
     return len(drafts)

@@ -1,4 +1,4 @@
-"""Reads of rates and invoices, and the access helper every invoice route goes through.
+"""Reads of rates, invoices and usage amounts, and the access helper every invoice route goes through.
 
 Invoices are the tenant's admins' (and portal admins'): anyone else gets the same 404 as for an invoice that
 does not exist, whether or not they belong to the tenant.
@@ -6,13 +6,19 @@ does not exist, whether or not they belong to the tenant.
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from datetime import date
+from decimal import Decimal
+from typing import Any
 from uuid import UUID
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
+from django.db.models.functions import TruncMonth
 from django.http import Http404
 
-from billing.models import Invoice, InvoiceLine, Rate, UsageRecord
+from billing.models import Invoice, InvoiceLine, Rate, UsageRecord, UsageShare
+from billing.money import INVOICE_LINE_FIELDS, amount_billed
 from tenants.models import TenantMembership, TenantRole
 from tenants.selectors import AnyUser, is_portal_admin
 
@@ -71,3 +77,34 @@ def invoice_lines(*, invoice: Invoice) -> QuerySet[InvoiceLine]:
 def usage_record_for_job(*, job_id: UUID) -> UsageRecord | None:
     """The priced usage of a finished job (None until its charge is imported); the caller has checked access."""
     return UsageRecord.objects.filter(job_id=job_id).first()
+
+
+# Usage amounts: grouped by invoice line, the way invoices are built, then rounded by billing.money's one rule.
+
+
+def usage_per_line(shares: QuerySet[UsageShare], *fields: Any) -> QuerySet[UsageShare, dict[str, Any]]:
+    """`shares` grouped by `fields` and by the invoice line each goes on (billing.money.INVOICE_LINE_FIELDS),
+    with their summed `cost` and GPU-`seconds`: one query, one row per group."""
+    grouped: QuerySet[UsageShare, dict[str, Any]] = (
+        shares.annotate(usage_month=TruncMonth("day"))
+        .values(*fields, *INVOICE_LINE_FIELDS)
+        .annotate(cost=Sum("cost"), seconds=Sum("gpu_seconds"))
+        .order_by()
+    )
+    return grouped
+
+
+def usage_amount(rows: Iterable[Mapping[str, Any]], currency: str | None) -> Decimal:
+    """What rows of one currency from `usage_per_line` come to: their costs summed per line, each rounded once.
+
+    Without usage there is no currency; the zero is shown with cents, as most currencies have them.
+    """
+    line_costs: dict[tuple[Any, ...], Decimal] = defaultdict(Decimal)
+    for row in rows:
+        line_costs[tuple(row[field] for field in INVOICE_LINE_FIELDS)] += row["cost"]
+    return amount_billed(line_costs=line_costs.values(), currency=currency or "")
+
+
+def usage_record_amount(*, record: UsageRecord) -> Decimal:
+    """A job's cost as an invoice holding only its usage would say it (its shares may go on several lines)."""
+    return usage_amount(usage_per_line(record.shares.all()), record.currency)

@@ -1,5 +1,6 @@
 """Spend over time: a tenant's or project's amounts per day, and the projects and users that spent most in a
-period, each summed in SQL over usage shares (one share is a job's part of one UTC day at one rate).
+period, each summed in SQL over usage shares (one share is a job's part of one UTC day at one rate) per invoice
+line, then rounded by billing.money's one rule, so that spend says to the cent what the invoices say.
 
 Spend is counted on the day the GPUs were used, whichever invoice carries it (late usage included). Amounts
 are per currency: a period whose usage is priced in several currencies is shown one currency at a time.
@@ -9,17 +10,17 @@ Who may read it: a tenant's spend its admins and portal admins; a project's spen
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Case, CharField, Count, F, QuerySet, Sum, Value, When
+from django.db.models import Case, CharField, Count, F, QuerySet, Value, When
 
 from billing.models import UsageShare, first_of_month
-from billing.money import amount_due
+from billing.selectors import usage_amount, usage_per_line
 from tenants.models import Project, Tenant
 from tenants.selectors import (
     AnyUser,
@@ -120,11 +121,6 @@ def _currency_chosen(*, found: set[str], asked: str | None, scope: SpendScope) -
     return next(iter(found), None)
 
 
-def _amount(cost: Decimal, currency: str | None) -> Decimal:
-    # Without usage there is no currency; the zero is shown with cents, as most currencies have them.
-    return amount_due(amount=cost, currency=currency or "")
-
-
 @dataclass(frozen=True)
 class DaySpend:
     day: date
@@ -154,44 +150,49 @@ class DailySpend:
 def spend_daily(*, scope: SpendScope, start: date, end: date, currency: str | None = None) -> DailySpend:
     """Spend per day of [start, end], and per project for a tenant: two queries, whatever the period's length.
 
-    The total is the period's exact cost rounded once, so it may differ by a cent from the sum of the rounded days.
+    Every amount follows billing.money's rule (each invoice line's cost rounded once, then summed): the total of a
+    month equals its invoices' totals, and the projects add up to it; a day's amount may differ by a cent from its
+    share of the total, as it is what an invoice for that day alone would say.
     """
     shares = scope.shares(start=start, end=end)
-    per_day = list(
-        shares.values("day", "currency").annotate(cost=Sum("cost"), seconds=Sum("gpu_seconds")).order_by("day")
-    )
-    chosen = _currency_chosen(found={row["currency"] for row in per_day}, asked=currency, scope=scope)
-    per_day = [row for row in per_day if row["currency"] == chosen]
-    by_day = {row["day"]: row for row in per_day}
+    rows = list(usage_per_line(shares, "day"))
+    chosen = _currency_chosen(found={row["currency"] for row in rows}, asked=currency, scope=scope)
+    rows = [row for row in rows if row["currency"] == chosen]
+    by_day: dict[date, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_day[row["day"]].append(row)
     days = []
     for offset in range((end - start).days + 1):
         day = start + timedelta(days=offset)
-        row = by_day.get(day)
-        cost, seconds = (row["cost"], row["seconds"]) if row else (Decimal(0), 0)
-        days.append(DaySpend(day=day, amount=_amount(cost, chosen), gpu_seconds=seconds))
+        day_rows = by_day.get(day, [])
+        days.append(
+            DaySpend(
+                day=day, amount=usage_amount(day_rows, chosen), gpu_seconds=sum(row["seconds"] for row in day_rows)
+            )
+        )
     projects = None
     if scope.kind is not SpendScopeKind.PROJECT:
-        rows = (
-            shares.filter(currency=chosen or "")
-            .values("project__tenant__slug", "project__slug")
-            .annotate(cost=Sum("cost"), seconds=Sum("gpu_seconds"))
-            .order_by("-cost", "project__tenant__slug", "project__slug")
+        by_project: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in usage_per_line(shares.filter(currency=chosen or ""), "project__tenant__slug", "project__slug"):
+            by_project[f"{row['project__tenant__slug']}/{row['project__slug']}"].append(row)
+        projects = sorted(
+            (
+                ProjectSpend(
+                    project=project,
+                    amount=usage_amount(project_rows, chosen),
+                    gpu_seconds=sum(row["seconds"] for row in project_rows),
+                )
+                for project, project_rows in by_project.items()
+            ),
+            key=lambda row: (-row.amount, row.project),
         )
-        projects = [
-            ProjectSpend(
-                project=f"{row['project__tenant__slug']}/{row['project__slug']}",
-                amount=_amount(row["cost"], chosen),
-                gpu_seconds=row["seconds"],
-            )
-            for row in rows
-        ]
     return DailySpend(
         scope=scope,
         start=start,
         end=end,
         currency=chosen,
-        total=_amount(sum((row["cost"] for row in per_day), Decimal(0)), chosen),
-        gpu_seconds=sum(row["seconds"] for row in per_day),
+        total=usage_amount(rows, chosen),
+        gpu_seconds=sum(row["seconds"] for row in rows),
         days=days,
         projects=projects,
     )
@@ -224,40 +225,45 @@ class TopSpend:
 def spend_top(
     *, scope: SpendScope, start: date, end: date, by: SpendTopBy, limit: int, currency: str | None = None
 ) -> TopSpend:
-    """The projects or users that spent most in [start, end], most first: two queries."""
+    """The projects or users that spent most in [start, end], most first: two queries (amounts per invoice line,
+    then jobs per spender, as a job's usage may go on several lines)."""
     shares = scope.shares(start=start, end=end)
-    found = set(shares.values_list("currency", flat=True).distinct().order_by())
-    chosen = _currency_chosen(found=found, asked=currency, scope=scope)
-    shares = shares.filter(currency=chosen or "")
-    totals = {"cost": Sum("cost"), "seconds": Sum("gpu_seconds"), "jobs": Count("usage_record", distinct=True)}
-    spenders: list[TopSpender] = []
     if by is SpendTopBy.PROJECT:
-        for project_row in (
-            shares.values("project__tenant__slug", "project__slug")
-            .annotate(**totals)
-            .order_by("-cost", "project__tenant__slug", "project__slug")[:limit]
-        ):
-            name = f"{project_row['project__tenant__slug']}/{project_row['project__slug']}"
-            spenders.append(_spender(name=name, portal_user=False, row=project_row, currency=chosen))
-        return TopSpend(scope=scope, start=start, end=end, by=by, currency=chosen, spenders=spenders)
-    # Usage without a portal user (external jobs) is grouped by the POSIX user it ran as.
-    posix_user = Case(When(user__isnull=True, then=F("cluster_username")), default=Value(""), output_field=CharField())
-    for row in (
-        shares.annotate(posix_user=posix_user)
-        .values("user_id", "user__username", "posix_user")
-        .annotate(**totals)
-        .order_by("-cost", "user__username", "posix_user")[:limit]
-    ):
-        name = row["user__username"] or row["posix_user"]
-        spenders.append(_spender(name=name, portal_user=row["user_id"] is not None, row=row, currency=chosen))
-    return TopSpend(scope=scope, start=start, end=end, by=by, currency=chosen, spenders=spenders)
-
-
-def _spender(*, name: str, portal_user: bool, row: Mapping[str, Any], currency: str | None) -> TopSpender:
-    return TopSpender(
-        name=name,
-        portal_user=portal_user,
-        amount=_amount(row["cost"], currency),
-        gpu_seconds=row["seconds"],
-        jobs=row["jobs"],
-    )
+        spender: tuple[str, ...] = ("project__tenant__slug", "project__slug")
+    else:
+        # Usage without a portal user (external jobs) is grouped by the POSIX user it ran as.
+        posix_user = Case(
+            When(user__isnull=True, then=F("cluster_username")), default=Value(""), output_field=CharField()
+        )
+        shares = shares.annotate(posix_user=posix_user)
+        spender = ("user_id", "user__username", "posix_user")
+    rows = list(usage_per_line(shares, *spender))
+    chosen = _currency_chosen(found={row["currency"] for row in rows}, asked=currency, scope=scope)
+    by_spender: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["currency"] == chosen:
+            by_spender[tuple(row[field] for field in spender)].append(row)
+    jobs = {
+        tuple(row[field] for field in spender): row["jobs"]
+        for row in shares.filter(currency=chosen or "")
+        .values(*spender)
+        .annotate(jobs=Count("usage_record", distinct=True))
+        .order_by()
+    }
+    spenders = []
+    for key, spender_rows in by_spender.items():
+        if by is SpendTopBy.PROJECT:
+            name, portal_user = f"{key[0]}/{key[1]}", False
+        else:
+            name, portal_user = key[1] or key[2], key[0] is not None
+        spenders.append(
+            TopSpender(
+                name=name,
+                portal_user=portal_user,
+                amount=usage_amount(spender_rows, chosen),
+                gpu_seconds=sum(row["seconds"] for row in spender_rows),
+                jobs=jobs.get(key, 0),
+            )
+        )
+    spenders.sort(key=lambda row: (-row.amount, row.name))
+    return TopSpend(scope=scope, start=start, end=end, by=by, currency=chosen, spenders=spenders[:limit])

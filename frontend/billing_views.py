@@ -24,6 +24,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_safe
 
 from billing.apis import invoice_data
+from billing.money import minor_unit_places
 from billing.selectors import invoice_get_for_user, invoice_lines, invoice_list_for_user, rate_list
 from billing.spend import (
     DailySpend,
@@ -105,11 +106,13 @@ def _percent(amount: Decimal, largest: Decimal) -> str:
 
 
 def _day_chart(spend: DailySpend) -> dict[str, Any]:
-    # Floats only for drawing: the table beside the chart shows the exact amounts.
+    # Floats only for drawing: the amounts are already rounded by billing.money, and the table beside the chart
+    # shows them exactly; `places` only pads the tooltip (0 for JPY, 2 for EUR).
     return {
         "kind": "bars",
         "x": [_unix(day.day) for day in spend.days],
         "unit": spend.currency or "",
+        "places": minor_unit_places(spend.currency or ""),
         "series": [
             {"label": f"Spend ({spend.currency or 'no usage'})", "values": [float(d.amount) for d in spend.days]}
         ],

@@ -22,7 +22,7 @@ from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from billing.estimates import Estimate, estimate_for_request, job_estimate
-from billing.selectors import usage_record_for_job
+from billing.selectors import usage_record_amount, usage_record_for_job
 from jobs.job_services import JobRequest, job_cancel, job_submit, job_template_resolve
 from jobs.models import ACTIVE_JOB_STATES, Cluster, Job, JobState
 from jobs.selectors import (
@@ -374,6 +374,8 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         "transitions": list(job.transitions.all()),
         "estimate": job_estimate(job=job),
         "usage": usage,
+        # Rounded by billing's one rule, as the invoice rounds it; the template shows it as it is.
+        "usage_amount": usage_record_amount(record=usage) if usage is not None else None,
         "may_cancel": _may_cancel(request, job),
         "project_label": _label(job.project),
         "log": {

@@ -27,12 +27,16 @@ if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
 fi
 command -v curl >/dev/null 2>&1 || apt_install curl
 
-# Reinstall only when pyproject.toml changed since the last install.
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+# Exactly the versions in requirements.lock (`make lock` makes it from pyproject.toml), each checked against its
+# hash, then the project itself without resolving anything again. Reinstall only when either file changed.
+stamp=.venv/.installed-$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
 if [[ ! -f "$stamp" ]]; then
   [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
   .venv/bin/pip install --quiet --upgrade pip
-  .venv/bin/pip install --quiet -e '.[dev]'
+  .venv/bin/pip install --quiet --require-hashes -r requirements.lock
+  .venv/bin/pip install --quiet --no-deps -e .
+  # A dependency added to or narrowed in pyproject.toml without `make lock` fails here rather than at run time.
+  .venv/bin/pip check
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

@@ -51,7 +51,7 @@ DEMO_USERS=(alice bob carol)
 PACKAGES=(munge slurm-client slurmctld slurmd slurmdbd slurmrestd slurm-wlm-jwt-plugin curl procps)
 WAIT_SECS=${CLUSTER_WAIT_SECS:-60}
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REGISTRY_DIR=/var/lib/gpuportal/clusters
+REGISTRY_DIR=${GPUPORTAL_CLUSTER_REGISTRY:-/var/lib/gpuportal/clusters}
 read -r -a CLUSTERS <<<"${LOCAL_CLUSTERS:-local north south}"
 NEWER_CLUSTERS=()
 for _c in "${CLUSTERS[@]}"; do

@@ -18,7 +18,7 @@ set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CHROOT_ROOT=${GPUPORTAL_CHROOT_ROOT:-/var/lib/gpuportal/chroots}
-REGISTRY_DIR=/var/lib/gpuportal/clusters  # one JSON file per local cluster, read by the demo and the tests
+REGISTRY_DIR=${GPUPORTAL_CLUSTER_REGISTRY:-/var/lib/gpuportal/clusters}  # one JSON file per cluster, read by the demo and tests
 SHARED_FS=/srv/gpuportal                   # bind-mounted into every chroot at the same path
 MIRROR=${DEBIAN_MIRROR:-}
 WAIT_SECS=${CLUSTER_WAIT_SECS:-90}

@@ -155,7 +155,7 @@ def test_a_tenants_daily_spend_has_every_day_and_splits_a_job_across_midnight(wo
         "start": "2025-03-09",
         "end": "2025-03-13",
         "currency": "EUR",
-        "total": "20.67",  # 20.666667 rounded once
+        "total": "20.67",  # per invoice line, 6.00 + 8.00 + 6.00 + 0.67 (0.666667 rounded once)
         "gpu_hours": "8.33",  # 30,000 GPU-seconds
         "days": [
             {"day": "2025-03-09", "amount": "0.00", "gpu_hours": "0.00"},

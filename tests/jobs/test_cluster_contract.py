@@ -55,7 +55,7 @@ def test_a_job_goes_from_the_api_through_slurm_to_its_log_and_its_charge(
     live: LiveCluster, contract_project: LiveProject, celery_worker: str
 ) -> None:
     reply = contract_project.submit(
-        name="contract", gpus=2, script="#!/bin/bash\necho hello from $SLURM_CLUSTER_NAME\n"
+        name="contract", gpus=2, script="#!/bin/bash\necho hello from $SLURM_CLUSTER_NAME\nsleep 2\n"
     )
     failing = contract_project.submit(name="failing", script="#!/bin/bash\necho failing >&2\nexit 3\n")
 

@@ -1,6 +1,6 @@
 // Charts from data the server wrote into the page. Mark a box with
 //   <div class="chart" data-chart="CHART_ID" aria-label="…"></div>  and  {{ chart|json_script:"CHART_ID" }}
-// where chart = {"kind": "line" | "bars" | "area", "x": [unix seconds…], "unit": "GPU-hours",
+// where chart = {"kind": "line" | "bars" | "area", "x": [unix seconds…], "unit": "GPU-hours", "places": 2,
 //                "series": [{"label": "Used", "values": [...], "color": "#0b5cad", "dash": false}, …]}.
 // Every chart also has a table or text with the same numbers nearby, for screen readers and for print.
 "use strict";
@@ -16,7 +16,7 @@
     const series = [{}].concat(
       chart.series.map((one, index) => {
         const color = one.color || PALETTE[index % PALETTE.length];
-        const options = { label: one.label, stroke: color, width: 2, value: (u, v) => (v == null ? "–" : `${v.toFixed(2)} ${chart.unit || ""}`) };
+        const options = { label: one.label, stroke: color, width: 2, value: (u, v) => (v == null ? "–" : `${v.toFixed(chart.places ?? 2)} ${chart.unit || ""}`) };
         if (one.dash) options.dash = [6, 4];
         if (bars) {
           options.fill = color;
