@@ -6,7 +6,7 @@ DB_NAME ?= gpuportal
 .PHONY: demo test venv services cluster database migrate seed portal stop lint bench browser drills load
 
 demo: cluster database seed portal ## Everything, with demo data, on http://127.0.0.1:8000
-	@$(PY) manage.py shell -v 0 -c "from jobs.tasks import cluster_sync_all, slurm_reconcile_all; cluster_sync_all.delay(); slurm_reconcile_all.delay()"
+	@$(PY) manage.py shell -v 0 -c "from clusters.tasks import cluster_sync_all, slurm_reconcile_all; cluster_sync_all.delay(); slurm_reconcile_all.delay()"
 	@bash scripts/portal.sh wait-healthy
 	@echo
 	@echo "The portal is running on http://127.0.0.1:8000/"
@@ -67,10 +67,14 @@ lint: venv database
 
 # Each portal benchmark recreates its own database (gpuportal_bench), uses Redis databases 10-12 and port 8100,
 # and cancels its jobs; see bench/portal_stack.py.
+# The client and submission benchmarks and the sync benchmark run on each local cluster (BENCH_CLUSTERS).
+BENCH_CLUSTERS ?= local north south
 bench: cluster database
 	$(PY) bench/slurm_client.py
-	$(PY) bench/job_submission.py
-	$(PY) bench/job_sync.py
+	@set -e; for cluster in $(BENCH_CLUSTERS); do echo "== job submission on $$cluster"; \
+		BENCH_CLUSTER=$$cluster $(PY) bench/job_submission.py; done
+	@set -e; for cluster in $(BENCH_CLUSTERS); do echo "== job sync on $$cluster"; \
+		BENCH_CLUSTER=$$cluster $(PY) bench/job_sync.py; done
 	$(PY) bench/log_latency.py
 	$(PY) bench/invoice.py
 

@@ -24,7 +24,7 @@ from billing.invoices import invoices_build
 from billing.models import Invoice, InvoiceLine, first_of_month
 from billing.money import amount_due
 from billing.rates import rate_create
-from jobs.models import Cluster
+from clusters.models import Cluster
 from quotas.models import period_start
 from tenants import services
 

@@ -28,12 +28,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from jobs import accounts, job_services
+from clusters import accounts
+from clusters.slurm import SlurmClient, SlurmRetryableError
+from clusters.slurm.types import JobSubmission
+from jobs import job_services
 from jobs.job_services import JobRequest
 from jobs.job_sync import job_deliver
 from jobs.models import Job, JobState
-from jobs.slurm import SlurmClient, SlurmRetryableError
-from jobs.slurm.types import JobSubmission
 from tenants.models import Project
 
 SCRIPT = "#!/bin/bash\necho bench\n"
@@ -46,9 +47,9 @@ def job_body(world: stack.World, number: int) -> dict[str, object]:
     return {
         "project": world.project_label,
         "cluster": stack.CLUSTER,
-        "partition": "h100",
+        "partition": stack.PARTITION,
         "gpus": 1,
-        "gpu_type": "h100",
+        "gpu_type": stack.GPU_TYPE,
         "time_limit_minutes": 1,
         "name": f"bench-{number}",
         "script": SCRIPT,
@@ -78,14 +79,14 @@ def bare_submissions(client: SlurmClient, world: stack.World, count: int) -> tup
         submission = JobSubmission(
             name=f"bench-{number}",
             account=world.project.slurm_account,
-            partition="h100",
+            partition=stack.PARTITION,
             script=SCRIPT,
             time_limit_minutes=1,
             working_directory="/tmp",
             standard_output="/dev/null",
             standard_error="/dev/null",
             gpus=1,
-            gpu_type="h100",
+            gpu_type=stack.GPU_TYPE,
             comment=f"bench-bare-{number}",
             hold=True,
         )

@@ -23,11 +23,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from clusters.models import Cluster
+from clusters.slurm import SlurmClient, SlurmRetryableError
+from clusters.slurm.types import JobSubmission
 from jobs import job_sync
 from jobs.job_services import jobs_push
-from jobs.models import Cluster, Job, JobState, job_comment_tag
-from jobs.slurm import SlurmClient, SlurmRetryableError
-from jobs.slurm.types import JobSubmission
+from jobs.models import Job, JobState, job_comment_tag
 
 
 class CountingTransport(httpx.HTTPTransport):
@@ -94,14 +95,14 @@ def submit_held(client: SlurmClient, world: stack.World, count: int) -> tuple[li
         submission = JobSubmission(
             name=f"bench-sync-{number}",
             account=world.project.slurm_account,
-            partition="h100",
+            partition=stack.PARTITION,
             script="#!/bin/bash\necho bench\n",
             time_limit_minutes=1,
             working_directory="/tmp",
             standard_output="/dev/null",
             standard_error="/dev/null",
             gpus=1,
-            gpu_type="h100",
+            gpu_type=stack.GPU_TYPE,
             comment=job_comment_tag(job_id) if job_id else "",
             hold=True,
         )
@@ -116,8 +117,8 @@ def submit_held(client: SlurmClient, world: stack.World, count: int) -> tuple[li
                     user=world.user,
                     cluster_username=stack.JOB_USER,
                     name=submission.name,
-                    partition="h100",
-                    gpu_type="h100",
+                    partition=stack.PARTITION,
+                    gpu_type=stack.GPU_TYPE,
                     gpus=1,
                     time_limit_minutes=1,
                     script=submission.script,

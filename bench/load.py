@@ -51,12 +51,14 @@ from django.utils import timezone
 
 from billing.rates import rate_create
 from billing.usage import usage_import
-from jobs import accounts, job_services
-from jobs.clusters import slurm_client_for
+from clusters import accounts
+from clusters.clients import slurm_client_for
+from clusters.models import Cluster, ClusterAccount, ProjectSlurmAccount
+from clusters.services import cluster_check, cluster_sync_inventory
+from clusters.slurm import SlurmClient
+from jobs import job_services
 from jobs.job_services import JobRequest
-from jobs.models import Cluster, ClusterAccount, Job, JobState, JobTransition, ProjectSlurmAccount
-from jobs.services import cluster_check, cluster_sync_inventory
-from jobs.slurm import SlurmClient
+from jobs.models import Job, JobState, JobTransition
 from quotas.models import period_start
 from quotas.services import quota_charge
 from tenants import services

@@ -6,6 +6,9 @@ Import this before anything from Django: it points the settings at the benchmark
 (database `gpuportal`, Redis 0) or the tests (`test_gpuportal`, Redis 13-15). `BENCH_DATABASE_URL`,
 `BENCH_REDIS_BASE` and `BENCH_REDIS_DBS` (three numbers: broker, channel layer, cache) move them elsewhere, so
 the drills and the load test can run beside a benchmark.
+
+`BENCH_CLUSTER` (local, north or south; default local) picks the local cluster a benchmark runs against, as
+`scripts/cluster.sh up` describes it in /var/lib/gpuportal/clusters/; `make bench` runs each benchmark on each.
 """
 
 from __future__ import annotations
@@ -58,16 +61,34 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connections  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from jobs import accounts  # noqa: E402
-from jobs.clusters import slurm_client_for  # noqa: E402
-from jobs.models import Cluster, ClusterAccount, ProjectSlurmAccount  # noqa: E402
-from jobs.services import cluster_check, cluster_sync_inventory  # noqa: E402
-from jobs.slurm import SlurmClient, SlurmError, SlurmRetryableError  # noqa: E402
+from clusters import accounts  # noqa: E402
+from clusters.clients import slurm_client_for  # noqa: E402
+from clusters.models import Cluster, ClusterAccount, ProjectSlurmAccount  # noqa: E402
+from clusters.services import cluster_check, cluster_sync_inventory  # noqa: E402
+from clusters.slurm import SlurmClient, SlurmError, SlurmRetryableError  # noqa: E402
 from quotas.services import allocation_create  # noqa: E402
 from tenants import services  # noqa: E402
 from tenants.models import Project, ProjectRole, TenantRole  # noqa: E402
+from tests.live_clusters import LiveCluster, live_clusters  # noqa: E402
 
-CLUSTER = "local"
+
+def _target() -> LiveCluster:
+    name = os.environ.get("BENCH_CLUSTER", "local")
+    described = {cluster.name: cluster for cluster in live_clusters()}
+    cluster = described.get(name)
+    if cluster is None:
+        raise SystemExit(f"cluster {name} is not described in /var/lib/gpuportal/clusters; run `make cluster`")
+    if cluster.status != "up":
+        print(f"cluster {name}: skipped, it could not be started on this machine ({cluster.reason})")
+        raise SystemExit(0)
+    return cluster
+
+
+# The cluster this run measures, its GPU partition and type.
+TARGET = _target()
+CLUSTER = TARGET.name
+PARTITION = TARGET.gpu_partition
+GPU_TYPE = TARGET.gpu_type
 JOB_USER = "alice"  # a POSIX user on the cluster's nodes (scripts/cluster.sh creates it)
 TENANT = "bench"
 
@@ -117,16 +138,16 @@ class World:
 
 
 def world_create(*, project_slug: str) -> World:
-    """The demo's shape, made through the services: cluster `local` with its inventory, tenant `bench` with one
+    """The demo's shape, made through the services: the target cluster with its inventory, tenant `bench` with one
     project, user alice (tenant admin, project manager, username alice on the cluster), her API token, and the
     project's Slurm account with alice associated."""
     cluster, _ = Cluster.objects.update_or_create(
         name=CLUSTER,
         defaults={
-            "slurmrestd_url": settings.LOCAL_CLUSTER_URL,
-            "jwt_key_file": settings.LOCAL_CLUSTER_KEY_FILE,
-            "log_root": settings.LOCAL_CLUSTER_LOG_ROOT,
-            "admin_user": settings.LOCAL_CLUSTER_ADMIN_USER,
+            "slurmrestd_url": TARGET.slurmrestd_url,
+            "jwt_key_file": TARGET.jwt_key_file,
+            "log_root": TARGET.log_root,
+            "admin_user": TARGET.admin_user,
             "is_active": True,
         },
     )
@@ -173,11 +194,7 @@ def allocation_ample(*, project: Project, cluster: Cluster, days_back: int = 1) 
 def bare_client() -> SlurmClient:
     """A Slurm client of its own (not the pooled one), for the benchmark's direct calls and its cleanup."""
     return SlurmClient(
-        base_url=settings.LOCAL_CLUSTER_URL,
-        key_file=settings.LOCAL_CLUSTER_KEY_FILE,
-        admin_user=settings.LOCAL_CLUSTER_ADMIN_USER,
-        api_version="0.0.38",
-        timeout_seconds=30,
+        base_url=TARGET.slurmrestd_url, key_file=TARGET.jwt_key_file, admin_user=TARGET.admin_user, timeout_seconds=30
     )
 
 
@@ -232,7 +249,8 @@ def slurm_account_delete(
             time.sleep(1)
 
 
-SLURMRESTD_PID_FILE = Path("/run/slurm/slurmrestd.pid")  # where scripts/cluster.sh keeps it
+# Where scripts/cluster.sh (and slurm-chroot.sh, inside its chroot) keeps it.
+SLURMRESTD_PID_FILE = Path(TARGET.chroot or "/") / "run/slurm/slurmrestd.pid"
 
 
 def slurmrestd_pid() -> str:
@@ -272,7 +290,7 @@ def disturbance_note(pid_before: str) -> str:
 
 def job_directories_remove() -> None:
     """Remove the output directories the workers prepared for the benchmark tenant's jobs."""
-    shutil.rmtree(Path(settings.LOCAL_CLUSTER_LOG_ROOT) / TENANT, ignore_errors=True)
+    shutil.rmtree(Path(TARGET.log_root) / TENANT, ignore_errors=True)
 
 
 class Portal:

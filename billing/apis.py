@@ -22,7 +22,7 @@ from billing import invoices as invoice_services
 from billing import rates as rate_services
 from billing.models import Invoice, InvoiceLine, InvoiceState
 from billing.selectors import invoice_get_for_user, invoice_lines, invoice_list_for_user, rate_get, rate_list
-from jobs.models import Cluster
+from clusters.models import Cluster
 from portal.api_errors import ERRORS, ERRORS_WITH_CONFLICT
 from portal.api_pagination import PagePagination
 from quotas.models import period_start

@@ -19,8 +19,9 @@ from django.utils import timezone
 from billing.models import Rate
 from billing.money import amount_billed, usage_cost
 from billing.rates import RateBook
+from clusters.models import Partition
 from jobs.job_services import JobRequest, expected_gpu_type, job_shape_resolve
-from jobs.models import Job, Partition
+from jobs.models import Job
 from quotas.models import Allocation, LedgerEntry, LedgerKind
 from quotas.services import allocation_for, allocation_requests_path, allocations_current, job_gpu_seconds_needed
 from quotas.units import gpu_seconds_to_hours

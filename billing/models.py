@@ -29,7 +29,7 @@ class Rate(models.Model):
     usage is never changed (the services refuse it): a new price is a new rate from a later moment.
     """
 
-    cluster = models.ForeignKey("jobs.Cluster", on_delete=models.PROTECT, related_name="rates")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="rates")
     gpu_type = models.CharField(max_length=64, blank=True, help_text="Empty: every GPU type without its own rate")
     price_per_gpu_hour = models.DecimalField(
         max_digits=12, decimal_places=4, validators=[MinValueValidator(0)], help_text="Price of one GPU for one hour"
@@ -62,7 +62,7 @@ class UsageRecord(models.Model):
     job = models.OneToOneField("jobs.Job", on_delete=models.PROTECT, related_name="usage_record")
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="usage_records")
     project = models.ForeignKey("tenants.Project", on_delete=models.PROTECT, related_name="usage_records")
-    cluster = models.ForeignKey("jobs.Cluster", on_delete=models.PROTECT, related_name="usage_records")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="usage_records")
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="usage_records"
     )
@@ -99,7 +99,7 @@ class UsageShare(models.Model):
     usage_record = models.ForeignKey(UsageRecord, on_delete=models.CASCADE, related_name="shares")
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="+")
     project = models.ForeignKey("tenants.Project", on_delete=models.PROTECT, related_name="+")
-    cluster = models.ForeignKey("jobs.Cluster", on_delete=models.PROTECT, related_name="+")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="+")
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -174,7 +174,7 @@ class InvoiceLine(models.Model):
 
     invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
     project = models.ForeignKey("tenants.Project", on_delete=models.PROTECT, related_name="+")
-    cluster = models.ForeignKey("jobs.Cluster", on_delete=models.PROTECT, related_name="+")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="+")
     gpu_type = models.CharField(max_length=64, blank=True)
     rate = models.ForeignKey(Rate, on_delete=models.PROTECT, related_name="+")
     price_per_gpu_hour = models.DecimalField(max_digits=12, decimal_places=4)
@@ -211,7 +211,7 @@ class ReconciliationReport(models.Model):
     (kind from `ReconciliationKind`); `summary` holds the totals and counts.
     """
 
-    cluster = models.ForeignKey("jobs.Cluster", on_delete=models.CASCADE, related_name="reconciliation_reports")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="reconciliation_reports")
     period_start = models.DateTimeField()
     period_end = models.DateTimeField()
     state = models.CharField(max_length=8, choices=ReconciliationState.choices, default=ReconciliationState.PENDING)

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from billing.models import Rate, UsageShare
-from jobs.models import Cluster
+from clusters.models import Cluster
 from portal.errors import Conflict
 from tenants.services import Actor, audit_record
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -22,11 +21,13 @@ from django.http import Http404
 from django.utils import timezone
 
 from billing.models import ReconciliationKind, ReconciliationReport, ReconciliationState, UsageRecord
-from jobs.clusters import slurm_client_for
-from jobs.models import FINAL_JOB_STATES, Cluster, Job, ProjectSlurmAccount
+from clusters.clients import slurm_client_for
+from clusters.models import Cluster, ProjectSlurmAccount
+from clusters.slurm import SlurmClient, SlurmError
+from clusters.slurm.types import AccountingRecord
+from jobs.models import FINAL_JOB_STATES, Job
 from jobs.quota_usage import accounting_attempts_of, is_accounting_record_of
-from jobs.slurm import SlurmClient, SlurmError
-from jobs.slurm.types import AccountingRecord
+from portal.queue import task_enqueue_on_commit
 from quotas.models import LedgerEntry, LedgerKind
 from quotas.units import gpu_seconds_to_hours
 from tenants.selectors import AnyUser, is_portal_admin
@@ -129,8 +130,6 @@ def reconciliation_report_request(
     *, actor: Actor, cluster: Cluster, period_start: datetime, period_end: datetime
 ) -> ReconciliationReport:
     """A pending report of the cluster's jobs that ended in `[period_start, period_end)`, computed by a worker."""
-    # billing.tasks imports this module.
-    from billing import tasks as billing_tasks
 
     reconciliation_access_check(user=actor)
     reconciliation_period_validate(period_start=period_start, period_end=period_end)
@@ -153,7 +152,9 @@ def reconciliation_report_request(
                 "period_end": period_end.isoformat(),
             },
         )
-        transaction.on_commit(partial(billing_tasks.reconciliation_report_run.delay, report.pk))
+        task_enqueue_on_commit(
+            "billing.tasks.reconciliation_report_run", report.pk, fallback="run the reconciliation again to finish it"
+        )
     return report
 
 

@@ -14,9 +14,8 @@ from django.urls import URLPattern, path
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
-from jobs.models import Cluster, ClusterUsageSample
-from jobs.reasons import pending_reason_text
-from jobs.selectors import (
+from clusters.models import Cluster, ClusterUsageSample
+from clusters.selectors import (
     GpuTypeUsage,
     IdleWhileWaiting,
     PartitionQueue,
@@ -31,6 +30,7 @@ from jobs.selectors import (
     cluster_usage_latest,
     cluster_usage_series,
 )
+from jobs.reasons import pending_reason_text
 
 # Workers sync every 30 s (CLUSTER_SYNC_INTERVAL_SECONDS): five minutes without one means they are not syncing.
 STALE_AFTER = timedelta(minutes=5)

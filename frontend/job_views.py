@@ -23,12 +23,12 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from billing.estimates import Estimate, estimate_for_request, job_estimate
 from billing.selectors import usage_record_amount, usage_record_for_job
+from clusters.models import Cluster
+from clusters.selectors import cluster_list_active, cluster_list_for_user
 from jobs.job_services import JobRequest, job_cancel, job_submit, job_template_resolve
-from jobs.models import ACTIVE_JOB_STATES, Cluster, Job, JobState
+from jobs.models import ACTIVE_JOB_STATES, Job, JobState
 from jobs.selectors import (
     JobAction,
-    cluster_list_active,
-    cluster_list_for_user,
     job_get_for_user,
     job_list_filtered_for_user,
     job_template_list_for_user,

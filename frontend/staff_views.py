@@ -34,8 +34,8 @@ from billing.reconciliation import (
     reconciliation_report_request,
 )
 from billing.selectors import rate_get, rate_list
-from jobs.models import Cluster, SlurmDriftKind
-from jobs.selectors import cluster_list_active, slurm_drift_report_list
+from clusters.models import Cluster, SlurmDriftKind
+from clusters.selectors import cluster_list_active, slurm_drift_report_list
 from portal.errors import Conflict
 from quotas.models import QuotaRequestState
 from quotas.requests import (

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from jobs.apis import ProjectSlurmAccountListApi, SlurmDriftReportListApi
 from jobs.job_apis import (
-    ClusterDetailApi,
-    ClusterListApi,
     JobCancelApi,
     JobDetailApi,
     JobListApi,
@@ -17,14 +14,6 @@ from jobs.job_apis import (
 from jobs.log_apis import JobLogDownloadApi
 
 urlpatterns: list[URLPattern] = [
-    path(
-        "tenants/<str:tenant>/projects/<str:project>/slurm-accounts/",
-        ProjectSlurmAccountListApi.as_view(),
-        name="api-project-slurm-accounts",
-    ),
-    path("slurm-drift-reports/", SlurmDriftReportListApi.as_view(), name="api-slurm-drift-reports"),
-    path("clusters/", ClusterListApi.as_view(), name="api-clusters"),
-    path("clusters/<str:cluster>/", ClusterDetailApi.as_view(), name="api-cluster"),
     path("jobs/", JobListApi.as_view(), name="api-jobs"),
     path("jobs/<uuid:job_id>/", JobDetailApi.as_view(), name="api-job"),
     path("jobs/<uuid:job_id>/cancel/", JobCancelApi.as_view(), name="api-job-cancel"),

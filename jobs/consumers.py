@@ -1,4 +1,4 @@
-"""WebSocket consumers for jobs and clusters."""
+"""WebSocket consumers for jobs: one job, and the jobs of a project."""
 
 from __future__ import annotations
 
@@ -11,42 +11,9 @@ from django.http import Http404
 
 from jobs.job_services import job_event, job_group, project_jobs_group
 from jobs.models import ACTIVE_JOB_STATES
-from jobs.selectors import cluster_list_active, cluster_status, job_get_for_user, job_list_for_user
+from jobs.selectors import job_get_for_user, job_list_for_user
 from tenants.selectors import project_get_for_user
 from tenants.services import user_access_group
-
-CLUSTER_STATUS_GROUP = "cluster-status"
-
-
-class ClusterStatusConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
-    """`/ws/clusters/`: the current status of every cluster, then each update the workers push.
-
-    Cluster status holds no tenant data, so any logged-in user may watch it.
-    """
-
-    async def connect(self) -> None:
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=4401)
-            return
-        await self.channel_layer.group_add(CLUSTER_STATUS_GROUP, self.channel_name)
-        await self.accept()
-        for status in await self._current():
-            await self.send_json({"type": "cluster.status", "cluster": status})
-
-    async def disconnect(self, code: int) -> None:
-        await self.channel_layer.group_discard(CLUSTER_STATUS_GROUP, self.channel_name)
-
-    async def cluster_status(self, event: dict[str, Any]) -> None:
-        await self.send_json({"type": "cluster.status", "cluster": event["cluster"]})
-
-    async def _current(self) -> list[dict[str, object]]:
-        statuses: list[dict[str, object]] = await database_sync_to_async(_current_statuses)()
-        return statuses
-
-
-def _current_statuses() -> list[dict[str, object]]:
-    return [cluster_status(cluster=cluster) for cluster in cluster_list_active()]
 
 
 class _JobWatchConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]

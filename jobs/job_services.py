@@ -21,11 +21,13 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from jobs.models import Cluster, ClusterAccount, Job, JobState, JobTemplate, JobTransition, Partition
+from clusters.models import Cluster, ClusterAccount, Partition
+from jobs.models import Job, JobState, JobTemplate, JobTransition
 from jobs.paths import JobPaths, job_paths
 from jobs.reasons import pending_reason_text
 from jobs.templates import BUILTIN_TEMPLATES
 from portal.errors import Conflict
+from portal.queue import task_enqueue_on_commit
 from quotas.services import quota_release, quota_reserve
 from tenants.models import Project
 from tenants.services import audit_record
@@ -230,18 +232,9 @@ def _job_create(
     # Last, so that the allocation's row lock is held only until the commit that follows. Refused for want of
     # GPU-hours, this raises and the transaction stores nothing.
     quota_reserve(job=job, gpu_type=values["quota_gpu_type"], now=now)
-    transaction.on_commit(lambda: _enqueue_submit(job.id))
+    task_enqueue_on_commit("jobs.tasks.job_submit", str(job.id), fallback="the workers' sweep submits the job")
     transaction.on_commit(lambda: jobs_push([job.id]))
     return job
-
-
-def _enqueue_submit(job_id: uuid.UUID) -> None:
-    from jobs.tasks import job_submit as job_submit_task  # tasks import services; import late
-
-    try:
-        job_submit_task.delay(str(job_id))
-    except Exception:  # broker down: the job is stored, and the workers' sweep submits it when it returns
-        logger.warning("job %s: could not enqueue its submission; the sweep will pick it up", job_id, exc_info=True)
 
 
 def _with_template_defaults(*, project: Project, request: JobRequest) -> dict[str, Any]:
@@ -541,7 +534,7 @@ def job_cancel(*, user: User, job: Job) -> Job:
             locked.ended_at = now
             fields += ["state", "ended_at"]
         else:
-            transaction.on_commit(lambda: _enqueue_cancel(locked.id))
+            task_enqueue_on_commit("jobs.tasks.job_cancel", str(locked.id), fallback="the job sync cancels it")
         locked.save(update_fields=fields)
         audit_record(
             actor=user,
@@ -558,15 +551,6 @@ def job_cancel(*, user: User, job: Job) -> Job:
 def cancelled_before_slurm(username: str) -> str:
     """The timeline's words for a job cancelled while still in the portal's queue."""
     return f"cancelled by {username} before it reached Slurm"
-
-
-def _enqueue_cancel(job_id: uuid.UUID) -> None:
-    from jobs.tasks import job_cancel as job_cancel_task
-
-    try:
-        job_cancel_task.delay(str(job_id))
-    except Exception:
-        logger.warning("job %s: could not enqueue its cancel; the sweep will pick it up", job_id, exc_info=True)
 
 
 # Templates ---------------------------------------------------------------------------------------------

@@ -22,22 +22,17 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import accounts
-from jobs.clusters import slurm_client_for
+from clusters import accounts
+from clusters.clients import slurm_client_for
+from clusters.models import Cluster, ClusterAccount
+from clusters.services import cluster_unreachable_record
+from clusters.slurm import SlurmClient, SlurmError, SlurmNotFound, SlurmRetryableError, SlurmTerminalError, SlurmTimeout
+from clusters.slurm.types import AccountingRecord, JobSubmission, SlurmJob
+from clusters.slurm.types import JobState as SlurmState
 from jobs.job_services import cancelled_before_slurm, job_transition, jobs_push
-from jobs.models import (
-    JOB_COMMENT_PREFIX,
-    Cluster,
-    ClusterAccount,
-    Job,
-    JobState,
-    JobTransition,
-)
+from jobs.models import JOB_COMMENT_PREFIX, Job, JobState, JobTransition
 from jobs.paths import JobDirectoryError, job_directory_prepare
-from jobs.services import cluster_unreachable_record
-from jobs.slurm import SlurmClient, SlurmError, SlurmNotFound, SlurmRetryableError, SlurmTerminalError, SlurmTimeout
-from jobs.slurm.types import AccountingRecord, JobSubmission, SlurmJob
-from jobs.slurm.types import JobState as SlurmState
+from portal.queue import task_enqueue_on_commit
 from tenants.models import Project
 
 logger = logging.getLogger(__name__)
@@ -220,14 +215,8 @@ def _record_submitted(*, job_id: uuid.UUID, slurm_job_id: int, detail: str) -> N
             fields.append("state")
         job.save(update_fields=fields)
         if job.cancel_requested_at is not None:
-            transaction.on_commit(lambda: _enqueue_cancel(job_id))
+            task_enqueue_on_commit("jobs.tasks.job_cancel", str(job_id), fallback="the next job sync cancels it")
         transaction.on_commit(lambda: jobs_push([job_id]))
-
-
-def _enqueue_cancel(job_id: uuid.UUID) -> None:
-    from jobs.tasks import job_cancel
-
-    job_cancel.delay(str(job_id))
 
 
 def _cancel_unsubmitted(job: Job, *, now: datetime) -> None:

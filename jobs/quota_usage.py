@@ -17,10 +17,11 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from clusters.models import Cluster
+from clusters.slurm import SlurmClient, SlurmError
+from clusters.slurm.types import AccountingRecord
 from jobs.job_sync import RESTART_TOLERANCE
-from jobs.models import FINAL_JOB_STATES, Cluster, Job
-from jobs.slurm import SlurmClient, SlurmError
-from jobs.slurm.types import AccountingRecord
+from jobs.models import FINAL_JOB_STATES, Job
 from quotas.models import Allocation, LedgerEntry, LedgerKind, QuotaLimitState
 from quotas.services import quota_charge, quota_release, quota_reserve_found
 

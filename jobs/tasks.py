@@ -1,4 +1,4 @@
-"""Celery tasks for clusters, their Slurm accounts and jobs: thin wrappers that load by id and call one service."""
+"""Celery tasks for jobs: thin wrappers that load by id and call one service."""
 
 from __future__ import annotations
 
@@ -9,66 +9,13 @@ from celery import shared_task
 from django.conf import settings
 from django.db import OperationalError
 
-from jobs import accounts, job_sync, quota_limits, quota_usage
-from jobs.clusters import slurm_client_for
-from jobs.models import Cluster
-from jobs.services import cluster_check, cluster_sync_inventory, cluster_unreachable_record
-from jobs.slurm import SlurmError, SlurmRetryableError
+from clusters.clients import slurm_client_for
+from clusters.models import Cluster
+from clusters.services import cluster_unreachable_record
+from clusters.slurm import SlurmError, SlurmRetryableError
+from jobs import job_sync, quota_usage
 
 logger = logging.getLogger(__name__)
-
-
-@shared_task(ignore_result=True, soft_time_limit=60, time_limit=90)
-def cluster_sync(cluster_id: int) -> None:
-    """Check a cluster's health, then refresh its inventory. Idempotent: a repeat only refreshes again."""
-    cluster = Cluster.objects.filter(pk=cluster_id, is_active=True).first()
-    if cluster is None:
-        return
-    client = slurm_client_for(cluster)
-    if not cluster_check(cluster=cluster, client=client):
-        return
-    try:
-        cluster_sync_inventory(cluster=cluster, client=client)
-    except SlurmError as exc:
-        # The next beat tick retries; a failed sync leaves the previous inventory in place.
-        logger.warning("cluster %s: inventory sync failed: %s", cluster.name, exc)
-
-
-@shared_task(ignore_result=True, soft_time_limit=30, time_limit=60)
-def cluster_sync_all() -> None:
-    for cluster_id in Cluster.objects.filter(is_active=True).values_list("pk", flat=True):
-        cluster_sync.delay(cluster_id)
-
-
-# Retryable Slurm errors (cluster down, slow, overloaded) are retried up to 8 times, backing off exponentially
-# from 15 s to at most 10 minutes (jittered); after that the periodic reconcile brings the project in line.
-@shared_task(
-    ignore_result=True,
-    soft_time_limit=120,
-    time_limit=180,
-    autoretry_for=(SlurmRetryableError,),
-    retry_backoff=15,
-    retry_backoff_max=600,
-    retry_jitter=True,
-    max_retries=8,
-)
-def project_slurm_sync(project_id: int) -> None:
-    """Bring the project's Slurm accounts and user associations in line with the portal, on every cluster."""
-    accounts.project_slurm_sync(project_id=project_id)
-
-
-@shared_task(ignore_result=True, soft_time_limit=540, time_limit=600)
-def cluster_slurm_reconcile(cluster_id: int) -> None:
-    """Check and repair all portal accounts on one cluster; the report records a failed run, and beat retries."""
-    if not Cluster.objects.filter(pk=cluster_id, is_active=True).exists():
-        return
-    accounts.cluster_slurm_reconcile(cluster_id=cluster_id)
-
-
-@shared_task(ignore_result=True, soft_time_limit=30, time_limit=60)
-def slurm_reconcile_all() -> None:
-    for cluster_id in Cluster.objects.filter(is_active=True).values_list("pk", flat=True):
-        cluster_slurm_reconcile.delay(cluster_id)
 
 
 # Jobs ----------------------------------------------------------------------------------------------------
@@ -140,20 +87,3 @@ def jobs_sync_all() -> None:
     # A sync that waited longer than one interval in the queue is stale: the next one replaces it.
     for cluster_id in Cluster.objects.filter(is_active=True).values_list("pk", flat=True):
         cluster_jobs_sync.apply_async((cluster_id,), expires=2 * settings.JOB_SYNC_INTERVAL_SECONDS)
-
-
-# GPU-minute limits -------------------------------------------------------------------------------------
-
-
-@shared_task(ignore_result=True, soft_time_limit=60, time_limit=90)
-def quota_limit_sync(project_id: int, cluster_id: int) -> None:
-    """Write one project's GPU-minute limit after its allocations changed. Idempotent; a failure is recorded
-    on its limit state and written by the periodic run (within a minute) instead of a retry here."""
-    quota_limits.quota_limit_sync(project_id=project_id, cluster_id=cluster_id)
-
-
-# A run at midnight may write many limits (a few requests each); an overlapping run only finds them written.
-@shared_task(ignore_result=True, soft_time_limit=240, time_limit=300)
-def quota_limits_sync_all() -> None:
-    """Every minute: roll periods over and write the limits that differ from the ones applied."""
-    quota_limits.quota_limits_sync_all()

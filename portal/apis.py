@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.models import ClusterAccount
+from clusters.models import ClusterAccount
 from tenants.models import ProjectMembership, TenantMembership
 from tenants.selectors import is_portal_admin
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from jobs.selectors import cluster_list_active
+from clusters.selectors import cluster_list_active
 
 
 def _timed(check: Any) -> dict[str, Any]:

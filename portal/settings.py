@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "channels",
     "csp",
     "tenants",
+    "clusters",
     "quotas",
     "jobs",
     "billing",
@@ -108,7 +109,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 JOB_SYNC_INTERVAL_SECONDS = env_int("JOB_SYNC_INTERVAL_SECONDS", 5)
 CELERY_BEAT_SCHEDULE = {
     "sync-all-clusters": {
-        "task": "jobs.tasks.cluster_sync_all",
+        "task": "clusters.tasks.cluster_sync_all",
         "schedule": env_int("CLUSTER_SYNC_INTERVAL_SECONDS", 30),
     },
     "sync-all-jobs": {
@@ -116,11 +117,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": JOB_SYNC_INTERVAL_SECONDS,
     },
     "sync-quota-limits": {
-        "task": "jobs.tasks.quota_limits_sync_all",
+        "task": "quotas.tasks.quota_limits_sync_all",
         "schedule": env_int("QUOTA_LIMIT_SYNC_INTERVAL_SECONDS", 60),
     },
     "reconcile-slurm-accounts": {
-        "task": "jobs.tasks.slurm_reconcile_all",
+        "task": "clusters.tasks.slurm_reconcile_all",
         "schedule": env_int("SLURM_RECONCILE_INTERVAL_SECONDS", 600),
     },
     "import-usage": {
@@ -217,7 +218,7 @@ SPECTACULAR_SETTINGS = {
     # Several models have a field named "state"; each choice set gets its own name in the schema.
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "jobs.models.JobState",
-        "SlurmAccountStateEnum": "jobs.models.ProjectSlurmAccount.State",
+        "SlurmAccountStateEnum": "clusters.models.ProjectSlurmAccount.State",
         "QuotaRequestStateEnum": "quotas.models.QuotaRequestState",
         "InvoiceStateEnum": "billing.models.InvoiceState",
         "ReconciliationStateEnum": "billing.models.ReconciliationState",

@@ -13,6 +13,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/v1/me/", MeApi.as_view(), name="api-me"),
     path("api/v1/", include("tenants.api_urls")),
+    path("api/v1/", include("clusters.api_urls")),
     path("api/v1/", include("jobs.api_urls")),
     path("api/v1/", include("quotas.api_urls")),
     path("api/v1/", include("quotas.request_apis")),

@@ -188,7 +188,7 @@ class AllocationListApi(APIView):
         given.is_valid(raise_exception=True)
         data = given.validated_data
         project = project_get_by_label_for_user(user=request.user, label=data["project"])
-        from jobs.models import Cluster  # jobs depends on quotas: imported when needed, as tenants does
+        from clusters.models import Cluster
 
         cluster = Cluster.objects.filter(name=data["cluster"]).first()
         if cluster is None:

@@ -31,7 +31,7 @@ class Allocation(models.Model):
     """
 
     project = models.ForeignKey("tenants.Project", on_delete=models.PROTECT, related_name="allocations")
-    cluster = models.ForeignKey("jobs.Cluster", on_delete=models.PROTECT, related_name="allocations")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="allocations")
     gpu_type = models.CharField(max_length=64, blank=True, help_text="Empty: GPUs of any type")
     starts_on = models.DateField()
     ends_on = models.DateField(help_text="The last day of the period (inclusive)")
@@ -91,7 +91,7 @@ class LedgerEntry(models.Model):
         Allocation, on_delete=models.PROTECT, null=True, blank=True, related_name="ledger_entries"
     )
     project = models.ForeignKey("tenants.Project", on_delete=models.PROTECT, related_name="quota_ledger_entries")
-    cluster = models.ForeignKey("jobs.Cluster", on_delete=models.PROTECT, related_name="quota_ledger_entries")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="quota_ledger_entries")
     kind = models.CharField(max_length=16, choices=LedgerKind.choices)
     gpu_seconds = models.BigIntegerField()
     job = models.ForeignKey(
@@ -137,7 +137,7 @@ class QuotaLimitState(models.Model):
     """
 
     project = models.ForeignKey("tenants.Project", on_delete=models.CASCADE, related_name="quota_limit_states")
-    cluster = models.ForeignKey("jobs.Cluster", on_delete=models.CASCADE, related_name="quota_limit_states")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="quota_limit_states")
     tracking_started_at = models.DateTimeField(default=timezone.now)
     opening_gpu_seconds = models.BigIntegerField(default=0)
     opening_measured = models.BooleanField(default=False)
@@ -197,7 +197,7 @@ class TenantPool(models.Model):
     to their projects by approving requests. Portal admins approve without drawing on a pool."""
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="quota_pools")
-    cluster = models.ForeignKey("jobs.Cluster", on_delete=models.PROTECT, related_name="quota_pools")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="quota_pools")
     starts_on = models.DateField()
     ends_on = models.DateField()
     gpu_seconds = models.BigIntegerField()

@@ -295,7 +295,7 @@ class TenantPoolListApi(APIView):
         responses={201: TenantPoolOutput, **ERRORS_WITH_CONFLICT},
     )
     def post(self, request: Request) -> Response:
-        from jobs.models import Cluster  # jobs depends on quotas: imported when needed
+        from clusters.models import Cluster
 
         if not is_portal_admin(request.user):
             raise PermissionDenied("Giving a tenant a pool of GPU-hours needs a portal admin.")

@@ -29,7 +29,7 @@ from tenants.selectors import AnyUser, is_portal_admin, project_get_for_user, te
 from tenants.services import audit_record
 
 if TYPE_CHECKING:
-    from jobs.models import Cluster
+    from clusters.models import Cluster
 
 
 def quota_request_path(request: QuotaRequest) -> str:

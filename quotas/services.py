@@ -21,13 +21,15 @@ from django.db.models import F, Q, Sum
 from django.db.models.functions import Coalesce
 
 from portal.errors import Conflict
+from portal.queue import task_enqueue_on_commit
 from quotas.models import Allocation, LedgerEntry, LedgerKind
 from quotas.units import format_gpu_hours, gpu_hours_to_seconds
 from tenants.models import Project
 from tenants.services import Actor, audit_record
 
 if TYPE_CHECKING:
-    from jobs.models import Cluster, Job
+    from clusters.models import Cluster
+    from jobs.models import Job
 
 logger = logging.getLogger(__name__)
 
@@ -166,16 +168,12 @@ def allocation_grant(*, actor: Actor, allocation: Allocation, gpu_seconds: int, 
 def schedule_limit_sync(*, project_id: int, cluster_id: int) -> None:
     """After the transaction commits, have a worker write the project's GPU-minute limit into Slurm."""
 
-    def enqueue() -> None:
-        # jobs depends on quotas: its task module is imported when needed, as tenants does.
-        from jobs.tasks import quota_limit_sync
-
-        try:
-            quota_limit_sync.delay(project_id, cluster_id)
-        except Exception:  # broker down: the periodic limit sync writes it on its next run
-            logger.warning("could not enqueue the quota limit sync of project %s", project_id, exc_info=True)
-
-    transaction.on_commit(enqueue)
+    task_enqueue_on_commit(
+        "quotas.tasks.quota_limit_sync",
+        project_id,
+        cluster_id,
+        fallback="the periodic limit sync writes the limit on its next run",
+    )
 
 
 def crosses_alert_threshold(*, granted: int, used_before: int, used_after: int) -> bool:
@@ -188,15 +186,11 @@ def crosses_alert_threshold(*, granted: int, used_before: int, used_after: int) 
 
 
 def _schedule_alerts(allocation_id: int) -> None:
-    from quotas.tasks import allocation_alerts_check
-
-    def enqueue() -> None:
-        try:
-            allocation_alerts_check.delay(allocation_id)
-        except Exception:  # broker down: the next movement on the allocation checks again
-            logger.warning("could not enqueue the alert check of allocation %s", allocation_id, exc_info=True)
-
-    transaction.on_commit(enqueue)
+    task_enqueue_on_commit(
+        "quotas.tasks.allocation_alerts_check",
+        allocation_id,
+        fallback="the next movement on the allocation checks its thresholds again",
+    )
 
 
 # Which allocation a job draws on --------------------------------------------------------------------------

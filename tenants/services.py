@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Model
 from django.utils import timezone
 
+from portal.queue import task_enqueue_on_commit
 from tenants.models import (
     SLUG_MESSAGE,
     ApiToken,
@@ -164,10 +165,11 @@ def _access_recheck_push(user_id: int) -> None:
 
 
 def _schedule_project_slurm_sync(project_id: int) -> None:
-    # jobs depends on tenants, so the task module is imported when needed rather than at import time.
-    from jobs.tasks import project_slurm_sync
-
-    transaction.on_commit(lambda: project_slurm_sync.delay(project_id))
+    task_enqueue_on_commit(
+        "clusters.tasks.project_slurm_sync",
+        project_id,
+        fallback="the periodic reconcile brings the project's Slurm accounts in line",
+    )
 
 
 # Tenants -----------------------------------------------------------------------------------------------

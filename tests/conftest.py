@@ -17,8 +17,8 @@ from channels.layers import channel_layers
 from django.conf import settings
 from django.db import connection
 
-from jobs.slurm import SlurmClient, SlurmError
-from jobs.slurm.types import JobState, JobSubmission, SlurmJob
+from clusters.slurm import SlurmClient, SlurmError
+from clusters.slurm.types import JobState, JobSubmission, SlurmJob
 from portal.celery import app as celery_app
 from tests.live_clusters import LiveCluster, live_cluster_params
 
@@ -201,10 +201,15 @@ def quiet_celery_worker() -> Iterator[None]:
     A solo worker answers a ping only between tasks, so the answer means it is idle.
     """
     yield
+    celery_workers_idle()
+
+
+def celery_workers_idle() -> None:
+    """Drop queued tasks and wait until the session's worker (if one runs) has finished the one it is on."""
     if _running_workers:
         celery_app.control.purge()
         if not celery_app.control.ping(destination=_running_workers, timeout=60):
-            pytest.fail("the Celery worker stayed busy for 60 s after the test")
+            pytest.fail("the Celery worker stayed busy for 60 s")
 
 
 def wait_until(condition: Callable[[], bool], *, timeout_seconds: float = 30, what: str = "the condition") -> None:

@@ -11,7 +11,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from jobs.models import Cluster, ClusterAccount, GpuType, Job, JobState, Node, Partition
+from clusters.models import Cluster, ClusterAccount, GpuType, Node, Partition
+from jobs.models import Job, JobState
 from quotas.models import Allocation
 from quotas.services import allocation_create
 from tenants import services

@@ -22,7 +22,8 @@ import httpx
 from burst import Burst
 from ledger import ledger_check
 
-from jobs.models import Cluster, Job, JobState
+from clusters.models import Cluster
+from jobs.models import Job, JobState
 
 JOBS = 20
 # 40 to 60 s of work, different per job; one submission a second so that some arrive while slurmctld is down.

@@ -62,8 +62,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import portal_stack as stack  # noqa: E402  (sets up Django on the drill's database)
 from django.utils import timezone  # noqa: E402
 
+from clusters.slurm import SlurmClient  # noqa: E402
 from jobs.models import Job, JobState  # noqa: E402
-from jobs.slurm import SlurmClient  # noqa: E402
 
 
 class Timeline:

@@ -21,9 +21,9 @@ from datetime import timedelta
 from burst import Submission
 from harness import Drill
 
+from clusters.slurm import SlurmError
+from clusters.slurm.types import AccountingRecord
 from jobs.models import FINAL_JOB_STATES, Job, JobState
-from jobs.slurm import SlurmError
-from jobs.slurm.types import AccountingRecord
 from quotas.models import Allocation, LedgerEntry, LedgerKind
 
 SETTLE_SECONDS = 300

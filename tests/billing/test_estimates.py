@@ -14,7 +14,8 @@ from rest_framework.test import APIClient
 
 from billing.models import Rate
 from billing.rates import rate_create
-from jobs.models import Cluster, ClusterAccount, GpuType, Job, Node, Partition
+from clusters.models import Cluster, ClusterAccount, GpuType, Node, Partition
+from jobs.models import Job
 from quotas.models import Allocation, LedgerEntry
 from tenants.models import Project
 from tests.factories import (

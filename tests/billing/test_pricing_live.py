@@ -15,11 +15,12 @@ from billing.models import Invoice, UsageRecord, UsageShare
 from billing.money import amount_due, usage_cost
 from billing.rates import rate_create
 from billing.usage import UsageImportResult, usage_import
-from jobs.clusters import slurm_client_for
-from jobs.models import Cluster, Job
+from clusters.clients import slurm_client_for
+from clusters.models import Cluster
+from clusters.slurm import SlurmClient, SlurmNotFound
+from clusters.slurm.types import AccountingRecord, JobSubmission
+from jobs.models import Job
 from jobs.quota_usage import quota_usage_collect
-from jobs.slurm import SlurmClient, SlurmNotFound
-from jobs.slurm.types import AccountingRecord, JobSubmission
 from quotas.models import LedgerEntry
 from tests.conftest import wait_until
 from tests.jobs.conftest import LiveProject

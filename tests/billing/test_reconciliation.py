@@ -24,11 +24,12 @@ from billing.models import ReconciliationReport, ReconciliationState, UsageRecor
 from billing.rates import rate_create
 from billing.reconciliation import reconciliation_report_run
 from billing.usage import usage_import
-from jobs.clusters import slurm_client_for
-from jobs.models import Cluster, Job, JobState, ProjectSlurmAccount
+from clusters.clients import slurm_client_for
+from clusters.models import Cluster, ProjectSlurmAccount
+from clusters.slurm import SlurmClient, SlurmError
+from clusters.slurm.types import AccountingRecord, JobSubmission
+from jobs.models import Job, JobState
 from jobs.quota_usage import quota_usage_collect
-from jobs.slurm import SlurmClient, SlurmError
-from jobs.slurm.types import AccountingRecord, JobSubmission
 from quotas.models import LedgerEntry, LedgerKind
 from quotas.services import quota_charge
 from quotas.units import gpu_seconds_to_hours

@@ -21,7 +21,8 @@ from rest_framework.test import APIClient
 from billing.models import UsageShare
 from billing.rates import rate_create
 from billing.usage import usage_import
-from jobs.models import Cluster, Job, JobState
+from clusters.models import Cluster
+from jobs.models import Job, JobState
 from quotas.services import quota_charge
 from tenants.models import Project
 from tests.factories import (

@@ -8,7 +8,8 @@ from datetime import date, datetime, time, timedelta
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from jobs.models import Cluster, Job, JobState
+from clusters.models import Cluster
+from jobs.models import Job, JobState
 from quotas.services import quota_charge
 from tenants.models import Project
 

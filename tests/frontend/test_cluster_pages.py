@@ -13,9 +13,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from jobs.models import Cluster, ClusterAccount, ClusterUsageSample, Node
-from jobs.slurm.types import JobState, NodeInfo, NodeState, SlurmJob
-from jobs.usage_samples import cluster_usage_sample_store
+from clusters.models import Cluster, ClusterAccount, ClusterUsageSample, Node
+from clusters.slurm.types import JobState, NodeInfo, NodeState, SlurmJob
+from clusters.usage_samples import cluster_usage_sample_store
 from tests.factories import (
     add_project_member,
     grant_allocation,

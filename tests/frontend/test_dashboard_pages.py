@@ -16,8 +16,8 @@ from django.utils import timezone
 from billing.models import first_of_month
 from billing.rates import rate_create
 from billing.usage import usage_import
+from clusters.models import Cluster, ClusterAccount
 from jobs.job_services import JobRequest, job_submit
-from jobs.models import Cluster, ClusterAccount
 from quotas.models import Allocation
 from quotas.units import format_gpu_hours
 from tenants.models import Notification, Project

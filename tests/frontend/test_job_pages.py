@@ -15,8 +15,9 @@ from django.test import Client
 from django.utils import timezone
 
 from billing.rates import rate_create
+from clusters.models import Cluster, ClusterAccount
 from jobs.job_services import JobRequest, job_cancel, job_submit
-from jobs.models import Cluster, ClusterAccount, Job, JobState, JobTemplate
+from jobs.models import Job, JobState, JobTemplate
 from quotas.models import Allocation
 from tenants.models import Project
 from tests.factories import (

@@ -23,10 +23,11 @@ from django.utils import timezone
 
 from billing.models import Invoice
 from billing.rates import rate_create
-from jobs.accounts import project_slurm_sync
+from clusters.accounts import project_slurm_sync
+from clusters.models import ClusterAccount
+from clusters.slurm import SlurmClient
 from jobs.job_services import job_template_save
-from jobs.models import ClusterAccount, Job, JobState
-from jobs.slurm import SlurmClient
+from jobs.models import Job, JobState
 from quotas.models import Allocation, QuotaRequest, QuotaRequestState
 from quotas.units import gpu_hours_to_seconds
 from tenants.models import Project

@@ -27,8 +27,8 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test's own service calls queue Slurm and quota tasks after commit; no worker runs here."""
-    from jobs.tasks import project_slurm_sync, quota_limit_sync
-    from quotas.tasks import allocation_alerts_check
+    from clusters.tasks import project_slurm_sync
+    from quotas.tasks import allocation_alerts_check, quota_limit_sync
 
     for task in (project_slurm_sync, quota_limit_sync, allocation_alerts_check):
         monkeypatch.setattr(task, "delay", lambda *args: None)

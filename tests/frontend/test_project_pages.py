@@ -15,7 +15,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from jobs.models import Cluster, Job, JobTemplate
+from clusters.models import Cluster
+from jobs.models import Job, JobTemplate
 from quotas.models import Allocation, QuotaRequest, period_start
 from quotas.requests import quota_request_create
 from quotas.services import quota_charge
@@ -37,8 +38,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     """The services queue Slurm and quota tasks after commit; these tests run no worker."""
-    from jobs.tasks import project_slurm_sync, quota_limit_sync
-    from quotas.tasks import allocation_alerts_check
+    from clusters.tasks import project_slurm_sync
+    from quotas.tasks import allocation_alerts_check, quota_limit_sync
 
     for task in (project_slurm_sync, quota_limit_sync, allocation_alerts_check):
         monkeypatch.setattr(task, "delay", lambda *args: None)

@@ -11,7 +11,8 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from billing.models import Rate
-from jobs.models import Cluster, ClusterAccount, JobTemplate
+from clusters.models import Cluster, ClusterAccount
+from jobs.models import JobTemplate
 from quotas.models import Allocation, TenantPool
 from tenants.models import AuditEvent, Project, ProjectMembership
 

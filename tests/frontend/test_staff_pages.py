@@ -15,7 +15,7 @@ from django.utils import timezone
 from billing.models import Rate, ReconciliationReport, ReconciliationState
 from billing.rates import rate_create
 from billing.usage import usage_import
-from jobs.models import SlurmDriftReport
+from clusters.models import SlurmDriftReport
 from quotas.models import Allocation, QuotaRequestState
 from quotas.requests import quota_request_create, tenant_pool_create
 from tenants.models import Notification

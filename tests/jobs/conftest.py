@@ -11,12 +11,13 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
-from jobs.accounts import project_slurm_sync
-from jobs.clusters import slurm_client_for
+from clusters.accounts import project_slurm_sync
+from clusters.clients import slurm_client_for
+from clusters.models import Cluster, ClusterAccount
+from clusters.services import cluster_check, cluster_sync_inventory
+from clusters.slurm import SlurmClient, SlurmError
 from jobs.job_sync import SyncResult, cluster_jobs_sync
-from jobs.models import Cluster, ClusterAccount, Job
-from jobs.services import cluster_check, cluster_sync_inventory
-from jobs.slurm import SlurmClient, SlurmError
+from jobs.models import Job
 from tenants.models import Project
 from tests.factories import add_project_member, grant_allocation, make_project, make_tenant, make_user
 from tests.live_clusters import LiveCluster

@@ -7,8 +7,9 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
+from clusters.models import Cluster, ClusterAccount, GpuType, Node, Partition
 from jobs.job_services import JobRequest, job_submit
-from jobs.models import Cluster, ClusterAccount, GpuType, Job, JobState, Node, Partition
+from jobs.models import Job, JobState
 from tenants.models import Project, Tenant
 from tests.factories import (
     add_project_member,
@@ -50,7 +51,7 @@ def synced_cluster() -> Cluster:
 def test_the_cluster_page_shows_registration_and_synced_inventory(
     admin_client_logged_in: Client, synced_cluster: Cluster
 ) -> None:
-    response = admin_client_logged_in.get(f"/admin/jobs/cluster/{synced_cluster.pk}/change/")
+    response = admin_client_logged_in.get(f"/admin/clusters/cluster/{synced_cluster.pk}/change/")
 
     assert response.status_code == 200
     page = response.content.decode()
@@ -64,7 +65,7 @@ def test_the_sync_now_action_schedules_a_sync_after_commit(
 ) -> None:
     with django_capture_on_commit_callbacks() as callbacks:  # type: ignore[operator]
         response = admin_client_logged_in.post(
-            "/admin/jobs/cluster/",
+            "/admin/clusters/cluster/",
             {"action": "sync_now", "_selected_action": [synced_cluster.pk]},
             follow=True,
         )
@@ -80,25 +81,25 @@ def test_tenant_and_project_pages_render(admin_client_logged_in: Client) -> None
 
     assert admin_client_logged_in.get(f"/admin/tenants/tenant/{tenant.pk}/change/").status_code == 200
     assert admin_client_logged_in.get(f"/admin/tenants/project/{project.pk}/change/").status_code == 200
-    assert admin_client_logged_in.get("/admin/jobs/clusteraccount/add/").status_code == 200
+    assert admin_client_logged_in.get("/admin/clusters/clusteraccount/add/").status_code == 200
 
 
 @pytest.mark.django_db
 def test_a_cluster_username_that_is_not_a_posix_name_is_refused_in_the_admin(
     admin_client_logged_in: Client, synced_cluster: Cluster
 ) -> None:
-    from jobs.models import ClusterAccount
+    from clusters.models import ClusterAccount
 
     user = get_user_model().objects.create_user(username="dora")
     form = {"cluster": synced_cluster.pk, "user": user.pk, "username": "dora; rm -rf /"}
-    response = admin_client_logged_in.post("/admin/jobs/clusteraccount/add/", form)
+    response = admin_client_logged_in.post("/admin/clusters/clusteraccount/add/", form)
     assert response.status_code == 200
     assert response.context["adminform"].form.errors == {
         "username": ["A POSIX user name: lower-case letters, digits, '_' and '-', starting with a letter or '_'."]
     }
     assert not ClusterAccount.objects.filter(user=user).exists()
     form["username"] = "dora"
-    assert admin_client_logged_in.post("/admin/jobs/clusteraccount/add/", form).status_code == 302
+    assert admin_client_logged_in.post("/admin/clusters/clusteraccount/add/", form).status_code == 302
     assert ClusterAccount.objects.get(user=user).username == "dora"
 
 

@@ -11,13 +11,15 @@ import time
 
 import pytest
 
-from jobs.accounts import cluster_slurm_reconcile
-from jobs.clusters import slurm_client_for
-from jobs.models import Cluster, GpuType, Job, JobState, Partition, SlurmDriftKind
-from jobs.quota_limits import quota_limit_sync
+from clusters.accounts import cluster_slurm_reconcile
+from clusters.clients import slurm_client_for
+from clusters.models import Cluster, GpuType, Partition, SlurmDriftKind
+from clusters.slurm.codecs import SUPPORTED_VERSIONS_NEWEST_FIRST
+from jobs.models import Job, JobState
 from jobs.quota_usage import QuotaUsageResult, quota_usage_collect
-from jobs.slurm.codecs import SUPPORTED_VERSIONS_NEWEST_FIRST
 from quotas.models import LedgerEntry
+from quotas.slurm_limits import quota_limit_sync
+from tests.conftest import celery_workers_idle
 from tests.jobs.conftest import LiveProject
 from tests.live_clusters import LiveCluster
 
@@ -96,6 +98,9 @@ def test_the_gpu_minute_limit_is_written_and_drift_is_repaired(
 ) -> None:
     cluster, project = contract_project.cluster, contract_project.project
     client = slurm_client_for(cluster)
+    # The fixture's services queued limit syncs of their own; a worker of earlier tests would run them at any
+    # moment, and repair the change below before the reconcile could find it.
+    celery_workers_idle()
     quota_limit_sync(project_id=project.pk, cluster_id=cluster.pk)
     expected = client.account_gpu_minutes_limit(account=project.slurm_account, cluster=cluster.name)
     assert expected is not None

@@ -9,9 +9,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 
-from jobs.consumers import ClusterStatusConsumer
-from jobs.models import Cluster, GpuType, Node, Partition
-from jobs.tasks import cluster_sync
+from clusters.consumers import ClusterStatusConsumer
+from clusters.models import Cluster, GpuType, Node, Partition
+from clusters.tasks import cluster_sync
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -145,7 +145,7 @@ def test_the_asgi_application_routes_websockets_with_session_auth_and_same_origi
 def test_a_real_worker_runs_the_fan_out_and_the_sync_through_the_broker(
     celery_worker: str, local_cluster: Cluster
 ) -> None:
-    from jobs.tasks import cluster_sync_all
+    from clusters.tasks import cluster_sync_all
     from tests.conftest import wait_until
 
     cluster_sync_all.delay()  # what beat sends every CLUSTER_SYNC_INTERVAL_SECONDS

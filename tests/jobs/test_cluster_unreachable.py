@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from clusters.models import Cluster
+from clusters.slurm import SlurmAuthError, SlurmServerError
+from clusters.slurm.types import SlurmMessage
 from jobs import job_sync, tasks
 from jobs.job_sync import job_deliver
-from jobs.models import Cluster, Job, JobState
-from jobs.slurm import SlurmAuthError, SlurmServerError
-from jobs.slurm.types import SlurmMessage
+from jobs.models import Job, JobState
 from tests.factories import make_job, make_matrix_cluster
 
 pytestmark = pytest.mark.django_db

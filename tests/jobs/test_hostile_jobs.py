@@ -12,7 +12,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 
-from jobs.clusters import slurm_client_for
+from clusters.clients import slurm_client_for
 from jobs.models import JobState
 from tenants.services import token_create
 from tests.jobs.conftest import LiveProject

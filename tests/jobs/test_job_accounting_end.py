@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from clusters.slurm.types import AccountingRecord
+from clusters.slurm.types import JobState as SlurmState
 from jobs.job_sync import jobs_apply_slurm_state
 from jobs.models import Job, JobState
-from jobs.slurm.types import AccountingRecord
-from jobs.slurm.types import JobState as SlurmState
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from clusters.models import Cluster, ClusterAccount
 from jobs.job_services import JobRequest, job_submit
-from jobs.models import Cluster, ClusterAccount, Job, JobState, JobTemplate
+from jobs.models import Job, JobState, JobTemplate
 from tenants.models import Project
 from tests.factories import (
     add_project_member,

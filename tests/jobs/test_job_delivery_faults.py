@@ -31,15 +31,16 @@ from django.db import connection, connections
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from jobs.accounts import project_slurm_sync
-from jobs.clusters import slurm_client_for
+from clusters.accounts import project_slurm_sync
+from clusters.clients import slurm_client_for
+from clusters.models import Cluster, ClusterAccount
+from clusters.services import cluster_check, cluster_sync_inventory
+from clusters.slurm import SlurmClient, SlurmError, SlurmUnavailable
+from clusters.slurm.types import JobState as SlurmState
+from clusters.slurm.types import SlurmJob
 from jobs.job_sync import cluster_jobs_sync, job_deliver
-from jobs.models import Cluster, ClusterAccount, Job, JobState, JobTransition, job_comment_tag
+from jobs.models import Job, JobState, JobTransition, job_comment_tag
 from jobs.paths import job_paths
-from jobs.services import cluster_check, cluster_sync_inventory
-from jobs.slurm import SlurmClient, SlurmError, SlurmUnavailable
-from jobs.slurm.types import JobState as SlurmState
-from jobs.slurm.types import SlurmJob
 from jobs.tasks import cluster_jobs_sync as cluster_jobs_sync_task
 from jobs.tasks import job_submit as job_submit_task
 from portal.celery import app as celery_app

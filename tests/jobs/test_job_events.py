@@ -9,8 +9,9 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
+from clusters.models import ClusterAccount
 from jobs.job_services import job_cancel
-from jobs.models import ClusterAccount, Job
+from jobs.models import Job
 from tenants.services import token_create
 from tests.factories import add_project_member, make_matrix_cluster, make_project, make_tenant, make_user
 

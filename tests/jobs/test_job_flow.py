@@ -12,10 +12,10 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import transaction
 
+from clusters.slurm import SlurmClient
+from clusters.slurm.types import JobSubmission
 from jobs.job_services import JobRequest, job_cancel, job_submit
 from jobs.models import Job, JobState
-from jobs.slurm import SlurmClient
-from jobs.slurm.types import JobSubmission
 from tenants.services import token_create
 from tests.conftest import wait_until
 from tests.jobs.conftest import LiveProject

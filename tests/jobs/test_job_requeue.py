@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from clusters.slurm.codecs.v0_0_38 import CODEC
+from clusters.slurm.types import AccountingRecord, JobsListing
 from jobs.job_sync import cluster_jobs_sync
 from jobs.models import Job, JobState
-from jobs.slurm.codecs.v0_0_38 import CODEC
-from jobs.slurm.types import AccountingRecord, JobsListing
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db

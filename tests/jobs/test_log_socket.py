@@ -22,8 +22,9 @@ from django.contrib.auth.models import User
 from django.test import AsyncClient, Client
 
 import jobs.log_stream
+from clusters.models import Cluster
 from jobs.job_services import jobs_push
-from jobs.models import Cluster, Job, JobState
+from jobs.models import Job, JobState
 from jobs.paths import job_paths
 from tenants.services import token_create
 from tests.factories import add_project_member, add_tenant_member, make_project, make_tenant, make_user, unique_slug

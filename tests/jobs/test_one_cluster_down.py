@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from jobs.clusters import slurm_client_for
-from jobs.models import Cluster, Job, JobState
-from jobs.tasks import cluster_sync
+from clusters.clients import slurm_client_for
+from clusters.models import Cluster
+from clusters.tasks import cluster_sync
+from jobs.models import Job, JobState
 from tests.jobs.conftest import LiveProject, _live_project, registered_cluster
 from tests.live_clusters import LiveCluster, live_clusters
 

@@ -14,11 +14,11 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.test import Client
 
-from jobs.accounts import cluster_slurm_reconcile, project_slurm_sync
-from jobs.models import Cluster, ClusterAccount, ProjectSlurmAccount, SlurmDriftReport
-from jobs.slurm import SlurmClient, SlurmError, SlurmUnavailable
-from jobs.slurm.types import AssociationInfo, JobSubmission
-from jobs.tasks import cluster_slurm_reconcile as cluster_slurm_reconcile_task
+from clusters.accounts import cluster_slurm_reconcile, project_slurm_sync
+from clusters.models import Cluster, ClusterAccount, ProjectSlurmAccount, SlurmDriftReport
+from clusters.slurm import SlurmClient, SlurmError, SlurmUnavailable
+from clusters.slurm.types import AssociationInfo, JobSubmission
+from clusters.tasks import cluster_slurm_reconcile as cluster_slurm_reconcile_task
 from tenants import services
 from tenants.models import Project, ProjectMembership, Tenant
 from tests.conftest import wait_until
@@ -676,7 +676,7 @@ def test_the_reconcile_action_queues_a_run_per_active_cluster_after_commit(
 
     with django_capture_on_commit_callbacks() as callbacks:
         response = admin_client.post(
-            "/admin/jobs/cluster/",
+            "/admin/clusters/cluster/",
             {"action": "reconcile_slurm_accounts_now", "_selected_action": [cluster.pk]},
             follow=True,
         )
@@ -703,13 +703,13 @@ def test_admins_read_drift_reports_and_account_states_but_cannot_change_them(adm
         ],
     )
 
-    detail = admin_client.get(f"/admin/jobs/slurmdriftreport/{report.pk}/change/").content.decode()
-    listing = admin_client.get("/admin/jobs/projectslurmaccount/?state__exact=error").content.decode()
+    detail = admin_client.get(f"/admin/clusters/slurmdriftreport/{report.pk}/change/").content.decode()
+    listing = admin_client.get("/admin/clusters/projectslurmaccount/?state__exact=error").content.decode()
 
     assert "Account in a tenant&#x27;s subtree that no project uses" in detail
     assert "acme_old" in detail
     assert "Left &lt;b&gt;" in detail
     assert "acme_vision" in listing
     assert "Slurm refused" in listing
-    assert admin_client.get("/admin/jobs/projectslurmaccount/add/").status_code == 403
-    assert admin_client.get("/admin/jobs/slurmdriftreport/add/").status_code == 403
+    assert admin_client.get("/admin/clusters/projectslurmaccount/add/").status_code == 403
+    assert admin_client.get("/admin/clusters/slurmdriftreport/add/").status_code == 403

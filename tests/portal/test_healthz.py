@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from jobs.models import Cluster
+from clusters.models import Cluster
 
 pytestmark = pytest.mark.django_db
 

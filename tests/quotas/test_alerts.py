@@ -10,7 +10,8 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from jobs.models import Cluster, Job
+from clusters.models import Cluster
+from jobs.models import Job
 from quotas import tasks
 from quotas.models import Allocation, QuotaAlert
 from quotas.services import quota_charge, quota_reserve
@@ -34,7 +35,7 @@ class CaptureOnCommit(Protocol):
 @pytest.fixture(autouse=True)
 def queued_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Alert checks the services queue after commit, recorded instead of sent to the broker."""
-    from jobs.tasks import quota_limit_sync
+    from quotas.tasks import quota_limit_sync
 
     queued: list[int] = []
     monkeypatch.setattr(quota_limit_sync, "delay", lambda *args: None)

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from clusters.slurm.types import AccountingRecord
+from clusters.slurm.types import JobState as SlurmState
 from jobs.models import Job, JobState
 from jobs.quota_usage import quota_usage_collect
-from jobs.slurm.types import AccountingRecord
-from jobs.slurm.types import JobState as SlurmState
 from quotas.models import LedgerEntry
 from quotas.services import quota_reserve
 from tests.factories import make_job

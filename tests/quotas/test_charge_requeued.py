@@ -17,10 +17,10 @@ from django.utils import timezone
 
 from billing.models import ReconciliationReport
 from billing.reconciliation import reconciliation_report_run
+from clusters.slurm.types import AccountingRecord
+from clusters.slurm.types import JobState as SlurmState
 from jobs.models import Job, JobState
 from jobs.quota_usage import quota_usage_collect
-from jobs.slurm.types import AccountingRecord
-from jobs.slurm.types import JobState as SlurmState
 from quotas.models import LedgerEntry
 from quotas.services import quota_reserve
 from tests.factories import make_job

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from clusters.clients import slurm_client_for
+from clusters.models import Cluster
+from clusters.slurm import SlurmClient, SlurmError, SlurmNotFound
+from clusters.slurm.types import AccountingRecord, JobSubmission
 from jobs import quota_usage
-from jobs.clusters import slurm_client_for
-from jobs.models import Cluster, Job, JobState
+from jobs.models import Job, JobState
 from jobs.quota_usage import QuotaUsageResult, quota_usage_collect
-from jobs.slurm import SlurmClient, SlurmError, SlurmNotFound
-from jobs.slurm.types import AccountingRecord, JobSubmission
 from jobs.tasks import cluster_jobs_sync as cluster_jobs_sync_task
 from quotas.models import Allocation, LedgerEntry, QuotaLimitState
 from tests.conftest import wait_until

@@ -11,7 +11,8 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from jobs.models import ClusterAccount, Job, JobState
+from clusters.models import ClusterAccount
+from jobs.models import Job, JobState
 from quotas.models import Allocation, LedgerEntry, LedgerKind
 from tenants.models import AuditEvent, Notification
 from tests.conftest import wait_until

@@ -13,7 +13,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from jobs.models import Cluster
+from clusters.models import Cluster
 from quotas.models import Allocation, LedgerEntry, LedgerKind, QuotaRequest, TenantPool
 from tenants.models import AuditEvent, Notification
 from tests.factories import (
@@ -36,8 +36,7 @@ class CaptureOnCommit(Protocol):
 @pytest.fixture(autouse=True)
 def queued_tasks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
     """Tasks the services hand to the broker after commit, recorded instead of sent: these tests run no worker."""
-    from jobs.tasks import quota_limit_sync
-    from quotas.tasks import allocation_alerts_check
+    from quotas.tasks import allocation_alerts_check, quota_limit_sync
 
     queued: list[tuple[str, tuple[Any, ...]]] = []
     monkeypatch.setattr(quota_limit_sync, "delay", lambda *args: queued.append(("quota_limit_sync", args)))

@@ -16,15 +16,16 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from jobs.accounts import cluster_slurm_reconcile, project_slurm_sync
+from clusters.accounts import cluster_slurm_reconcile, project_slurm_sync
+from clusters.models import ClusterAccount, SlurmDriftKind
+from clusters.slurm import SlurmClient
+from clusters.slurm.types import JobState, JobSubmission, SlurmJob
 from jobs.job_services import JobRequest, job_submit
 from jobs.job_sync import job_deliver
-from jobs.models import ClusterAccount, Job, SlurmDriftKind
-from jobs.quota_limits import ACCOUNTING_BEGINNING, LimitOutcome, quota_limit_sync, quota_limits_sync_all
-from jobs.slurm import SlurmClient
-from jobs.slurm.types import JobState, JobSubmission, SlurmJob
+from jobs.models import Job
 from quotas.models import Allocation, LedgerEntry, LedgerKind, QuotaLimitState
 from quotas.services import allocation_grant, quota_charge
+from quotas.slurm_limits import ACCOUNTING_BEGINNING, LimitOutcome, quota_limit_sync, quota_limits_sync_all
 from tests.conftest import wait_for_job
 from tests.factories import add_project_member, grant_allocation, make_project, make_tenant, make_user
 from tests.jobs.conftest import LiveProject, _remove_from_slurm, local_cluster

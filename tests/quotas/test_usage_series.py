@@ -11,7 +11,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from jobs.models import Cluster, Job
+from clusters.models import Cluster
+from jobs.models import Job
 from quotas.models import Allocation, period_start
 from quotas.services import quota_charge, quota_release, quota_reserve
 from quotas.usage import allocation_usage_series
@@ -31,8 +32,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     """The services queue a limit sync and an alert check after commit; these tests run no worker."""
-    from jobs.tasks import quota_limit_sync
-    from quotas.tasks import allocation_alerts_check
+    from quotas.tasks import allocation_alerts_check, quota_limit_sync
 
     monkeypatch.setattr(quota_limit_sync, "delay", lambda *args: None)
     monkeypatch.setattr(allocation_alerts_check, "delay", lambda *args: None)

@@ -114,7 +114,7 @@ def test_tenant_list_shows_counts_and_my_role(acme: dict[str, Any]) -> None:
 
 
 def test_me_shows_roles_and_cluster_usernames(acme: dict[str, Any]) -> None:
-    from jobs.models import Cluster, ClusterAccount
+    from clusters.models import Cluster, ClusterAccount
 
     cluster = Cluster.objects.create(
         name="local", slurmrestd_url="http://127.0.0.1:6820", jwt_key_file="/x", log_root="/srv", admin_user="root"

@@ -28,8 +28,9 @@ from django.utils import timezone
 
 from billing.models import Rate
 from billing.rates import rate_create
+from clusters.models import Cluster, ClusterAccount
 from jobs.job_services import job_template_save
-from jobs.models import Cluster, ClusterAccount, JobTemplate
+from jobs.models import JobTemplate
 from quotas.models import Allocation, TenantPool, period_start
 from quotas.requests import tenant_pool_create
 from quotas.services import allocation_create

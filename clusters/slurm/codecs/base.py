@@ -1,0 +1,291 @@
+"""What every API-version codec provides, and the parsing helpers they share."""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from clusters.slurm.types import (
+    AccountInfo,
+    AccountingRecord,
+    AssociationInfo,
+    JobsListing,
+    JobSubmission,
+    NodeInfo,
+    PartitionInfo,
+    SlurmMessage,
+    SubmitResult,
+)
+
+Json = dict[str, Any]
+
+# Slurm's NO_VAL/INFINITE sentinels leak into integer fields of the older plugins.
+SLURM_NO_VALUE_32 = 0xFFFFFFFE
+SLURM_INFINITE_32 = 0xFFFFFFFF
+SLURM_NO_VALUE_64 = 0xFFFFFFFFFFFFFFFE
+SLURM_INFINITE_64 = 0xFFFFFFFFFFFFFFFF
+_SENTINELS = {SLURM_NO_VALUE_32, SLURM_INFINITE_32, SLURM_NO_VALUE_64, SLURM_INFINITE_64}
+
+# "gpu:h100:4(S:0-1)", "gpu:4", "gpu:a100:2(IDX:0-1)", "gres/gpu:h100=4" and "gres/gpu=4" all name GPUs.
+_GRES_ITEM = re.compile(r"^(?:gres[/:])?gpu(?::(?P<type>[^:=(]+))?[:=](?P<count>\d+)")
+
+
+class Codec(ABC):
+    """Encodes requests for, and decodes replies of, one slurmrestd API version into the normalised types."""
+
+    version: str  # "0.0.38"
+
+    # Errors some versions report for an association write they nonetheless applied; the client
+    # tolerates them only because it reads every limit back.
+    tolerated_association_errors: frozenset[str] = frozenset()
+    # Whether an account's own association can only be modified by moving it to another parent (22.05).
+    account_limit_needs_parent_move: bool = False
+
+    @property
+    def slurm_prefix(self) -> str:
+        return f"/slurm/v{self.version}"
+
+    @property
+    def slurmdb_prefix(self) -> str:
+        return f"/slurmdb/v{self.version}"
+
+    # Replies -----------------------------------------------------------------------------------
+
+    def is_auth_failure(self, message: SlurmMessage) -> bool:
+        """Whether an error means the token was refused, beyond the error numbers every version shares."""
+        return False
+
+    @abstractmethod
+    def decode_errors(self, body: Json) -> tuple[SlurmMessage, ...]: ...
+
+    @abstractmethod
+    def decode_warnings(self, body: Json) -> tuple[SlurmMessage, ...]: ...
+
+    @abstractmethod
+    def decode_ping(self, body: Json) -> tuple[bool, str | None, str | None]:
+        """(controller responding, Slurm release, cluster name) from a ping reply."""
+
+    # Jobs --------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def encode_submit(self, submission: JobSubmission) -> Json: ...
+
+    @abstractmethod
+    def decode_submit(self, body: Json) -> SubmitResult: ...
+
+    @abstractmethod
+    def decode_jobs(self, body: Json) -> JobsListing:
+        """A GET /job/{id} or GET /jobs reply."""
+
+    @abstractmethod
+    def decode_accounting_jobs(self, body: Json) -> list[AccountingRecord]:
+        """A GET /slurmdb/.../jobs or /job/{id} reply."""
+
+    def decode_signal_failures(self, body: Json) -> tuple[SlurmMessage, ...]:
+        """The refusals in a DELETE /job/{id} reply that are not in its errors[] (none before v0.0.40)."""
+        return ()
+
+    def encode_accounting_time(self, moment: datetime, *, now: datetime) -> str:
+        """A `start_time`/`end_time` query value for accounting queries: epoch seconds."""
+        return str(epoch(moment))
+
+    # Cluster -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def decode_nodes(self, body: Json) -> list[NodeInfo]: ...
+
+    @abstractmethod
+    def decode_partitions(self, body: Json) -> list[PartitionInfo]: ...
+
+    # Accounts, associations and limits ---------------------------------------------------------
+
+    @abstractmethod
+    def encode_accounts(self, accounts: Iterable[AccountInfo], *, parent_account: str | None) -> Json: ...
+
+    @abstractmethod
+    def decode_accounts(self, body: Json) -> list[AccountInfo]: ...
+
+    @abstractmethod
+    def encode_associations(self, associations: Iterable[AssociationInfo]) -> Json:
+        """Create or update associations; a `gpu_minutes_limit` is written as GrpTRESMins gres/gpu (-1 clears it)."""
+
+    @abstractmethod
+    def decode_associations(self, body: Json) -> list[AssociationInfo]: ...
+
+    def encode_account_creation(
+        self, account: AccountInfo, *, cluster: str, parent_account: str, gpu_minutes_limit: int | None
+    ) -> tuple[str, Json] | None:
+        """(path below the slurmdb prefix, payload) that creates an account with its association in one request.
+
+        None where the version has no such request (v0.0.38): the account and its association are then written
+        one after the other.
+        """
+        return None
+
+
+# Shared helpers --------------------------------------------------------------------------------
+
+
+def messages_from(items: Iterable[Mapping[str, Any]] | None, *, text_keys: tuple[str, ...]) -> tuple[SlurmMessage, ...]:
+    """Slurm's `errors[]`/`warnings[]` entries; the text lives under different keys per version."""
+    found: list[SlurmMessage] = []
+    for item in items or ():
+        # Slurm splits one message over keys ("error": the errno's text, "description": the detail); keep both.
+        texts: list[str] = []
+        for key in text_keys:
+            value = item.get(key)
+            if isinstance(value, str) and value and value not in texts:
+                texts.append(value)
+        text = ": ".join(texts)
+        # v0.0.38 spells the number error_code on slurmctld replies and error_number on slurmdbd ones.
+        number = item.get("error_number", item.get("error_code", item.get("errno")))
+        source = item.get("source")
+        found.append(
+            SlurmMessage(
+                description=text or "Slurm reported an error without a description",
+                error_number=int(number) if isinstance(number, int) and number else None,
+                source=source if isinstance(source, str) and source else None,
+            )
+        )
+    return tuple(found)
+
+
+def plain_number(value: Any) -> int | None:
+    """An integer from a plain int, or from a v0.0.39+ `{set, infinite, number}` struct; None when unset/infinite."""
+    if isinstance(value, dict):
+        if not value.get("set", False) or value.get("infinite", False):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    if value in _SENTINELS:
+        return None
+    number: int = value
+    return number
+
+
+def shell_exit_code(value: Any) -> int | None:
+    """A job's exit code as the shell reports it (`$?`): the return code, or 128 + N when signal N killed it.
+
+    Reads every shape Slurm uses for it:
+    - v0.0.38 job info: the raw wait status (768 for `exit 3`, 9 for SIGKILL);
+    - dbv0.0.38 accounting: `{status: "SIGNALED", return_code, signal: {signal_id, name}}`;
+    - v0.0.40+ job info and accounting: `{status: ["SIGNALED"], return_code: {set, infinite, number},
+      signal: {id: {set, infinite, number}, name}}`.
+    None when there is no result yet (PENDING, an unset number) or a signalled job does not say which signal.
+    """
+    if not isinstance(value, dict) or not {"status", "return_code", "signal"} & value.keys():
+        wait_status = plain_number(value)
+        return None if wait_status is None else _shell_code_of_wait_status(wait_status)
+    status = value.get("status")
+    statuses = {status} if isinstance(status, str) else {item for item in status or () if isinstance(item, str)}
+    signal = value.get("signal")
+    signal_number = plain_number(signal.get("id", signal.get("signal_id"))) if isinstance(signal, dict) else None
+    if signal_number:
+        return 128 + signal_number
+    if "SIGNALED" in statuses:
+        return None
+    return plain_number(value.get("return_code"))
+
+
+def _shell_code_of_wait_status(wait_status: int) -> int | None:
+    # The layout of POSIX wait(2) statuses, decoded by hand so the result is the same on every platform.
+    signal_number = wait_status & 0x7F
+    if signal_number == 0:  # exited: the return code is the second byte
+        return (wait_status >> 8) & 0xFF
+    if signal_number == 0x7F:  # stopped, not ended
+        return None
+    return 128 + signal_number
+
+
+def timestamp(value: Any) -> datetime | None:
+    """A UTC datetime from epoch seconds (plain or struct); Slurm's 0 means 'not yet'."""
+    seconds = plain_number(value)
+    if not seconds:
+        return None
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def epoch(moment: datetime) -> int:
+    return int(moment.timestamp())
+
+
+def gpus_in(items: str | Iterable[str] | None) -> tuple[int, str | None]:
+    """Total GPUs and their type (if a single one is named) in gres or TRES strings.
+
+    Accepts "gpu:h100:4(S:0)", "gres/gpu:h100=4,gres/gpu=4", "gres/gpu:2", or lists of these. When a string
+    has both the untyped total and typed entries (as TRES strings do), the untyped total wins.
+    """
+    if items is None:
+        return 0, None
+    pieces: list[str] = []
+    for item in [items] if isinstance(items, str) else items:
+        pieces.extend(part.strip() for part in re.split(r",(?![^(]*\))", item) if part.strip())
+    untyped_total: int | None = None
+    typed_total = 0
+    types: set[str] = set()
+    for piece in pieces:
+        match = _GRES_ITEM.match(piece)
+        if not match:
+            continue
+        count = int(match.group("count"))
+        gpu_type = match.group("type")
+        if not count:  # a zero-count entry ("gpu:h200:0(IDX:)") names a type the job does not hold
+            continue
+        if gpu_type:
+            typed_total += count
+            types.add(gpu_type)
+        else:
+            untyped_total = (untyped_total or 0) + count
+    total = untyped_total if untyped_total is not None else typed_total
+    return total, (types.pop() if len(types) == 1 else None)
+
+
+def gpus_in_tres_list(entries: list[Any]) -> tuple[int, str | None]:
+    """GPUs in slurmdb TRES entries: `{type: "gres", name: "gpu", count: 2}` and typed `name: "gpu:h100"`."""
+    names = [
+        f"gres/{entry['name']}={count}"
+        for entry in entries
+        if isinstance(entry, dict)
+        and entry.get("type") == "gres"
+        and str(entry.get("name") or "").split(":")[0] == "gpu"
+        and (count := plain_number(entry.get("count")))
+    ]
+    return gpus_in(names)
+
+
+def untyped_gpu_count(entries: list[Any]) -> int | None:
+    """The count of the untyped gres/gpu entry (what GrpTRESMins=gres/gpu=N sets); None without one."""
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("type") == "gres" and entry.get("name") == "gpu":
+            count = plain_number(entry.get("count"))
+            return count if count is not None and count >= 0 else None
+    return None
+
+
+def split_csv(value: str | None) -> tuple[str, ...]:
+    return tuple(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+_HOSTLIST_ITEM = re.compile(r"([^,\[]+)(?:\[([^\]]+)\])?([^,\[]*)")
+
+
+def expand_hostlist(value: str | None) -> tuple[str, ...]:
+    """Slurm's compressed host lists: "gpu[01-03,07],login1" -> gpu01, gpu02, gpu03, gpu07, login1."""
+    names: list[str] = []
+    for match in _HOSTLIST_ITEM.finditer((value or "").replace(" ", "")):
+        prefix, ranges, suffix = match.group(1).lstrip(","), match.group(2), match.group(3)
+        if not ranges:
+            names.append(prefix + suffix)
+            continue
+        for part in ranges.split(","):
+            low, _, high = part.partition("-")
+            if not high:
+                names.append(f"{prefix}{low}{suffix}")
+                continue
+            for number in range(int(low), int(high) + 1):
+                names.append(f"{prefix}{number:0{len(low)}d}{suffix}")
+    return tuple(name for name in names if name)

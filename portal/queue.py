@@ -1,0 +1,30 @@
+"""The one way work is handed to the Celery workers: after the transaction commits, by the task's registered name.
+
+By name, so that a lower app can have a higher one's task run without importing it (tenants asks for the
+clusters' Slurm sync, quotas for its own limit sync). After commit, so that the worker sees what the task is
+about. And a broker that is down is logged, never raised: the database already holds the truth, and every
+task sent this way has a periodic sweep, sync or reconcile that does the same work later (`fallback` says
+which, for the log).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+logger = logging.getLogger(__name__)
+
+
+def task_enqueue_on_commit(task_name: str, *args: object, fallback: str) -> None:
+    """Send the task `task_name` (e.g. "jobs.tasks.job_submit") with `args` once the current transaction commits."""
+
+    def send() -> None:
+        from portal.celery import app  # the Celery app imports settings; load it only when sending
+
+        try:
+            app.send_task(task_name, args=args)
+        except Exception:  # the broker (Redis) is down or unreachable
+            logger.warning("could not enqueue %s%r; %s", task_name, args, fallback, exc_info=True)
+
+    transaction.on_commit(send)
