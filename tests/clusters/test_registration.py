@@ -21,7 +21,9 @@ pytestmark = pytest.mark.django_db
 
 
 def _openapi_serving(*versions: str) -> httpx.MockTransport:
-    paths = {f"/{plugin}/v{version}/ping/": {} for version in versions for plugin in ("slurm", "slurmdb")}
+    paths: dict[str, object] = {
+        f"/{plugin}/v{version}/ping/": {} for version in versions for plugin in ("slurm", "slurmdb")
+    }
     return httpx.MockTransport(lambda request: httpx.Response(200, json={"openapi": "3.0.2", "paths": paths}))
 
 
