@@ -155,6 +155,48 @@ def is_running(job: SlurmJob) -> bool:
     return job.state is JobState.RUNNING or job.state.is_finished
 
 
+SentTask = tuple[str, tuple[object, ...]]
+
+
+@pytest.fixture
+def sent_tasks(monkeypatch: pytest.MonkeyPatch) -> list[SentTask]:
+    """Tasks the services hand to the broker after commit (portal.queue), as (registered name, args), recorded
+    instead of sent: for tests that run no worker."""
+    sent: list[SentTask] = []
+
+    def record(name: str, args: tuple[object, ...] = (), **options: object) -> None:
+        sent.append((name, tuple(args)))
+
+    monkeypatch.setattr(celery_app, "send_task", record)
+    return sent
+
+
+class SentArguments:
+    """The first argument of each task named `name` sent so far (e.g. the ids it is about), read as they come:
+    compares equal to a list, iterates, and `clear()` forgets them."""
+
+    def __init__(self, sent: list[SentTask], name: str) -> None:
+        self.sent, self.name = sent, name
+
+    @property
+    def values(self) -> list[object]:
+        return [args[0] for name, args in self.sent if name == self.name]
+
+    def __eq__(self, other: object) -> bool:
+        return self.values == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __iter__(self) -> Iterator[object]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def clear(self) -> None:
+        self.sent[:] = [(name, args) for name, args in self.sent if name != self.name]
+
+
 @pytest.fixture(scope="session")
 def celery_worker(
     django_db_setup: None, django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory

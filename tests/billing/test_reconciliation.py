@@ -19,7 +19,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 import billing.reconciliation_admin  # noqa: F401  (registers the admin until billing/admin.py imports it)
-from billing import reconciliation, tasks
+from billing import reconciliation
 from billing.models import ReconciliationReport, ReconciliationState, UsageRecord
 from billing.rates import rate_create
 from billing.reconciliation import reconciliation_report_run
@@ -34,7 +34,7 @@ from quotas.models import LedgerEntry, LedgerKind
 from quotas.services import quota_charge
 from quotas.units import gpu_seconds_to_hours
 from tenants.models import AuditEvent
-from tests.conftest import is_finished, wait_for_job, wait_until
+from tests.conftest import SentArguments, SentTask, is_finished, wait_for_job, wait_until
 from tests.factories import PASSWORD, add_project_member, make_matrix_cluster, make_project, make_tenant, make_user
 from tests.jobs.conftest import LiveProject
 
@@ -45,11 +45,9 @@ GHOST_SLURM_JOB_ID = 67_100_000
 
 
 @pytest.fixture
-def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def enqueued(sent_tasks: list[SentTask]) -> SentArguments:
     """The report ids handed to the worker, instead of the broker: tests run the task function themselves."""
-    calls: list[int] = []
-    monkeypatch.setattr(tasks.reconciliation_report_run, "delay", calls.append)
-    return calls
+    return SentArguments(sent_tasks, "billing.tasks.reconciliation_report_run")
 
 
 def _api(user: User | None) -> APIClient:

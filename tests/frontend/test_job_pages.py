@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from billing.rates import rate_create
-from clusters.models import Cluster, ClusterAccount
+from clusters.models import Cluster, ClusterAccount, GpuType
 from jobs.job_services import JobRequest, job_cancel, job_submit
 from jobs.models import Job, JobState, JobTemplate
 from quotas.models import Allocation
@@ -120,7 +120,15 @@ def test_the_form_offers_the_projects_one_may_submit_to_and_their_templates(shop
     )
     html = shop.client("member").get("/jobs/new/").content.decode()
     assert '<option value="acme/vision" selected>acme/vision' in html
-    assert '<option value="pagecluster" selected>pagecluster</option>' in html
+    # Each cluster is offered with its Slurm release and health as the workers last saw them.
+    assert (
+        '<option value="pagecluster" selected>pagecluster · not answering: jobs wait until it is back</option>' in html
+    )
+    cluster = Cluster.objects.get(name="pagecluster")
+    Cluster.objects.filter(pk=cluster.pk).update(last_ping_ok=True, slurm_release="24.11.5")
+    free = sum(gpu.gpus_total - gpu.gpus_used for gpu in GpuType.objects.filter(cluster=cluster))
+    html = shop.client("member").get("/jobs/new/").content.decode()
+    assert f'<option value="pagecluster" selected>pagecluster · Slurm 24.11.5 · {free} GPUs free</option>' in html
     assert '<option value="gpu" selected>gpu (default) · up to 600 min</option>' in html
     assert "GPU smoke test" in html
     assert f'template={saved.pk}">nightly eval</a>' in html

@@ -12,6 +12,7 @@ from django.utils import timezone
 from jobs.models import Job
 from quotas.models import QuotaRequest, period_start
 from quotas.services import quota_charge
+from tests.conftest import SentTask
 from tests.factories import (
     add_project_member,
     grant_allocation,
@@ -25,13 +26,8 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(autouse=True)
-def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_broker(sent_tasks: list[SentTask]) -> None:
     """The test's own service calls queue Slurm and quota tasks after commit; no worker runs here."""
-    from clusters.tasks import project_slurm_sync
-    from quotas.tasks import allocation_alerts_check, quota_limit_sync
-
-    for task in (project_slurm_sync, quota_limit_sync, allocation_alerts_check):
-        monkeypatch.setattr(task, "delay", lambda *args: None)
 
 
 @pytest.fixture

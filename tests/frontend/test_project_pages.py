@@ -22,6 +22,7 @@ from quotas.requests import quota_request_create
 from quotas.services import quota_charge
 from tenants.models import ApiToken, AuditEvent, Notification, Project, ProjectMembership, Tenant, TenantMembership
 from tenants.services import token_create
+from tests.conftest import SentTask
 from tests.factories import (
     add_project_member,
     add_tenant_member,
@@ -36,13 +37,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_broker(sent_tasks: list[SentTask]) -> None:
     """The services queue Slurm and quota tasks after commit; these tests run no worker."""
-    from clusters.tasks import project_slurm_sync
-    from quotas.tasks import allocation_alerts_check, quota_limit_sync
-
-    for task in (project_slurm_sync, quota_limit_sync, allocation_alerts_check):
-        monkeypatch.setattr(task, "delay", lambda *args: None)
 
 
 @dataclass

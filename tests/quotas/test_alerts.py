@@ -16,6 +16,7 @@ from quotas import tasks
 from quotas.models import Allocation, QuotaAlert
 from quotas.services import quota_charge, quota_reserve
 from tenants.models import Notification, Project
+from tests.conftest import SentArguments, SentTask
 from tests.factories import (
     add_project_member,
     grant_allocation,
@@ -33,14 +34,9 @@ class CaptureOnCommit(Protocol):
 
 
 @pytest.fixture(autouse=True)
-def queued_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Alert checks the services queue after commit, recorded instead of sent to the broker."""
-    from quotas.tasks import quota_limit_sync
-
-    queued: list[int] = []
-    monkeypatch.setattr(quota_limit_sync, "delay", lambda *args: None)
-    monkeypatch.setattr(tasks.allocation_alerts_check, "delay", queued.append)
-    return queued
+def queued_checks(sent_tasks: list[SentTask]) -> SentArguments:
+    """Alert checks the services queue after commit (their allocation ids), recorded instead of sent."""
+    return SentArguments(sent_tasks, "quotas.tasks.allocation_alerts_check")
 
 
 class Vision:
@@ -76,9 +72,10 @@ def vision() -> Vision:
     return Vision()
 
 
-def deliver(queued: list[int], capture: CaptureOnCommit, *, times: int = 2) -> None:
+def deliver(queued: SentArguments | list[Any], capture: CaptureOnCommit, *, times: int = 2) -> None:
     """Run each queued check as a worker would, `times` over (a redelivery, a second worker)."""
-    checks, queued[:] = list(queued), []
+    checks: list[Any] = list(queued)
+    queued.clear()
     with capture(execute=True):
         for allocation_id in checks:
             for _ in range(times):

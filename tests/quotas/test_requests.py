@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 from clusters.models import Cluster
 from quotas.models import Allocation, LedgerEntry, LedgerKind, QuotaRequest, TenantPool
 from tenants.models import AuditEvent, Notification
+from tests.conftest import SentTask
 from tests.factories import (
     add_project_member,
     add_tenant_member,
@@ -34,14 +35,9 @@ class CaptureOnCommit(Protocol):
 
 
 @pytest.fixture(autouse=True)
-def queued_tasks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
+def queued_tasks(sent_tasks: list[SentTask]) -> list[SentTask]:
     """Tasks the services hand to the broker after commit, recorded instead of sent: these tests run no worker."""
-    from quotas.tasks import allocation_alerts_check, quota_limit_sync
-
-    queued: list[tuple[str, tuple[Any, ...]]] = []
-    monkeypatch.setattr(quota_limit_sync, "delay", lambda *args: queued.append(("quota_limit_sync", args)))
-    monkeypatch.setattr(allocation_alerts_check, "delay", lambda *args: queued.append(("alerts_check", args)))
-    return queued
+    return sent_tasks
 
 
 def client_for(user: Any) -> APIClient:
@@ -170,7 +166,7 @@ def test_a_member_asks_a_portal_admin_approves_in_part_and_the_new_remaining_sho
     assert grant is not None
     assert (grant.gpu_seconds, grant.note, grant.actor) == (73_800, f"request {asked['id']}", world.root)
     # Slurm's limit follows the grant.
-    assert queued_tasks == [("quota_limit_sync", (world.vision.pk, world.cluster.pk))]
+    assert queued_tasks == [("quotas.tasks.quota_limit_sync", (world.vision.pk, world.cluster.pk))]
     # The requester is told in the portal and by e-mail, with the reason.
     notification = Notification.objects.get(user=world.alice)
     assert notification.kind == "quota.request_decided"

@@ -17,6 +17,7 @@ from quotas.models import Allocation, period_start
 from quotas.services import quota_charge, quota_release, quota_reserve
 from quotas.usage import allocation_usage_series
 from tenants.models import Project
+from tests.conftest import SentTask
 from tests.factories import (
     add_project_member,
     grant_allocation,
@@ -30,12 +31,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_broker(sent_tasks: list[SentTask]) -> None:
     """The services queue a limit sync and an alert check after commit; these tests run no worker."""
-    from quotas.tasks import allocation_alerts_check, quota_limit_sync
-
-    monkeypatch.setattr(quota_limit_sync, "delay", lambda *args: None)
-    monkeypatch.setattr(allocation_alerts_check, "delay", lambda *args: None)
 
 
 def noon(day: date) -> datetime:
