@@ -48,6 +48,9 @@ _NOT_FOUND_ERRORS = {2017}  # invalid job id
 _NOTHING_FOUND_ERROR = 9003  # slurmdbd: a query matched nothing
 # The warning of a data_parser GET /jobs/?update_time= when nothing changed: an answer, not a problem.
 _NO_JOB_CHANGES = "No job changes since update_time"
+_HELD_WARNINGS = frozenset({"Job is in held state"})
+# What v0.0.40+ say, as a warning, of a read that matched nothing: an empty list, not a problem.
+_EMPTY_RESULT_WARNINGS = frozenset({"found nothing", "Zero jobs to dump"})
 # "/slurm/v0.0.42/jobs/" and "/slurmdb/v0.0.38/accounts/" in a daemon's OpenAPI description.
 _VERSIONED_PATH = re.compile(r"^/(?P<plugin>slurm|slurmdb)/v(?P<version>\d+\.\d+\.\d+)/")
 
@@ -185,6 +188,8 @@ class SlurmClient:
             user=user,
             payload=payload,
             success_if_job_id=True,
+            # v0.0.40+ report a held job's state as warnings: asked for, so not worth a log line each.
+            expected_warnings=_HELD_WARNINGS if submission.hold else frozenset(),
         )
         return self.codec.decode_submit(body)
 
@@ -474,9 +479,15 @@ class SlurmClient:
         payload: Json | None = None,
         success_if_job_id: bool = False,
         tolerated_errors: frozenset[str] = frozenset(),
+        expected_warnings: frozenset[str] = frozenset(),
     ) -> Json:
         response = self._send(method, path, user=user, params=params, payload=payload)
-        return self._checked_body(response, success_if_job_id=success_if_job_id, tolerated_errors=tolerated_errors)
+        return self._checked_body(
+            response,
+            success_if_job_id=success_if_job_id,
+            tolerated_errors=tolerated_errors,
+            expected_warnings=expected_warnings,
+        )
 
     def _checked_body(
         self,
@@ -504,6 +515,8 @@ class SlurmClient:
             )
         # Unknown or mistyped fields are dropped with only a warning in v0.0.40+ (e.g. a GPU request):
         # never let one pass silently. Submissions also return theirs in SubmitResult.warnings.
+        if response.request.method == "GET":
+            expected_warnings = expected_warnings | _EMPTY_RESULT_WARNINGS
         for warning in self.codec.decode_warnings(body):
             if any(text in warning.description for text in expected_warnings):
                 continue
