@@ -10,16 +10,20 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.db import transaction
 
 from clusters.accounts import cluster_slurm_reconcile
 from clusters.clients import slurm_client_for
 from clusters.models import Cluster, GpuType, Partition, SlurmDriftKind
 from clusters.slurm.codecs import SUPPORTED_VERSIONS_NEWEST_FIRST
+from jobs.job_services import JobRequest, job_submit
+from jobs.job_sync import _submission, job_deliver
 from jobs.models import Job, JobState
+from jobs.paths import job_directory_prepare
 from jobs.quota_usage import QuotaUsageResult, quota_usage_collect
 from quotas.models import LedgerEntry
 from quotas.slurm_limits import quota_limit_sync
-from tests.conftest import celery_workers_idle
+from tests.conftest import SentTask, celery_workers_idle
 from tests.jobs.conftest import LiveProject
 from tests.live_clusters import LiveCluster
 
@@ -115,3 +119,39 @@ def test_the_gpu_minute_limit_is_written_and_drift_is_repaired(
     ]
     assert client.account_gpu_minutes_limit(account=project.slurm_account, cluster=cluster.name) == expected
     assert cluster_slurm_reconcile(cluster_id=cluster.pk).findings == []
+
+
+def test_a_submission_whose_reply_was_lost_is_found_by_its_tag_not_submitted_twice(
+    contract_project: LiveProject, sent_tasks: list[SentTask]
+) -> None:
+    """A worker died after slurmrestd accepted the job, before it recorded the id: the next delivery finds the
+    job by the portal's tag in the comment, on every Slurm generation, and submits nothing."""
+    with transaction.atomic():
+        job, _ = job_submit(
+            user=contract_project.member,
+            project=contract_project.project,
+            request=JobRequest(
+                cluster=contract_project.cluster.name,
+                partition=contract_project.partition,
+                gpu_type=contract_project.gpu_type,
+                gpus=1,
+                script="#!/bin/bash\nsleep 30\n",
+            ),
+        )
+    assert sent_tasks == [("jobs.tasks.job_submit", (str(job.pk),))]  # recorded, never delivered by a worker
+    # The first attempt, as far as it got: Slurm has the job, the portal has no id for it.
+    job_directory_prepare(
+        log_root=job.cluster.log_root, working_directory=job.working_directory, username=job.cluster_username
+    )
+    client = slurm_client_for(contract_project.cluster)
+    accepted = client.submit_job(user=job.cluster_username, submission=_submission(job))
+    Job.objects.filter(pk=job.pk).update(submit_attempts=1, submit_lease_until=None)
+
+    delivery = job_deliver(job_id=job.pk)
+
+    assert delivery.outcome == "found in Slurm"
+    job.refresh_from_db()
+    assert (job.state, job.slurm_job_id) == (JobState.PENDING, accepted.job_id)
+    listing = client.list_jobs()
+    assert listing is not None
+    assert [each.job_id for each in listing.jobs if each.comment == job.slurm_comment] == [accepted.job_id]
