@@ -1,4 +1,4 @@
-"""One codec per slurmrestd API version, behind the normalised types of `jobs.slurm.types`."""
+"""One codec per slurmrestd API version, behind the normalised types of `clusters.slurm.types`."""
 
 from __future__ import annotations
 
