@@ -19,8 +19,7 @@ from django.http import Http404
 
 from billing.models import Invoice, InvoiceLine, Rate, UsageRecord, UsageShare
 from billing.money import INVOICE_LINE_FIELDS, amount_billed
-from tenants.models import TenantMembership, TenantRole
-from tenants.selectors import AnyUser, is_portal_admin
+from tenants.selectors import AnyUser, administered_by
 
 
 def rate_list(*, cluster: str | None = None, gpu_type: str | None = None) -> QuerySet[Rate]:
@@ -44,11 +43,7 @@ def invoice_list_for_user(
 ) -> QuerySet[Invoice]:
     """Invoices of the tenants the user administers (all for portal admins), newest month first."""
     invoices = Invoice.objects.select_related("tenant").order_by("-month", "tenant__slug", "currency")
-    if not user.is_authenticated:
-        return invoices.none()
-    if not is_portal_admin(user):
-        administered = TenantMembership.objects.filter(user=user, role=TenantRole.ADMIN).values("tenant")
-        invoices = invoices.filter(tenant__in=administered)
+    invoices = administered_by(invoices, user=user)
     if tenant:
         invoices = invoices.filter(tenant__slug=tenant)
     if month is not None:

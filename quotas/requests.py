@@ -23,9 +23,16 @@ from portal.errors import Conflict
 from quotas.models import Allocation, QuotaRequest, QuotaRequestState, TenantPool
 from quotas.services import allocation_grant
 from quotas.units import format_gpu_hours, gpu_hours_to_seconds
-from tenants.models import ProjectMembership, Tenant, TenantMembership, TenantRole
+from tenants.models import Tenant, TenantRole
 from tenants.notifications import notifications_send
-from tenants.selectors import AnyUser, is_portal_admin, project_get_for_user, tenant_role_of
+from tenants.selectors import (
+    AnyUser,
+    administered_by,
+    is_portal_admin,
+    project_get_for_user,
+    tenant_role_of,
+    visible_to,
+)
 from tenants.services import audit_record
 
 if TYPE_CHECKING:
@@ -348,13 +355,7 @@ def quota_request_list_for_user(*, user: AnyUser) -> QuerySet[QuotaRequest]:
     requests = QuotaRequest.objects.select_related(
         "allocation__project__tenant", "allocation__cluster", "requested_by", "decided_by"
     ).order_by("-created_at", "-id")
-    if not user.is_authenticated:
-        return requests.none()
-    if is_portal_admin(user):
-        return requests
-    administered = TenantMembership.objects.filter(user=user, role=TenantRole.ADMIN).values("tenant")
-    member_of = ProjectMembership.objects.filter(user=user).values("project")
-    return requests.filter(Q(allocation__project__in=member_of) | Q(allocation__project__tenant__in=administered))
+    return visible_to(requests, user=user, project_field="allocation__project")
 
 
 def quota_request_get_for_user(
@@ -396,9 +397,4 @@ def tenant_pool_list_for_user(*, user: AnyUser) -> QuerySet[TenantPool]:
     pools = TenantPool.objects.select_related("tenant", "cluster").order_by(
         "tenant__slug", "cluster__name", "-starts_on"
     )
-    if not user.is_authenticated:
-        return pools.none()
-    if is_portal_admin(user):
-        return pools
-    administered = TenantMembership.objects.filter(user=user, role=TenantRole.ADMIN).values("tenant")
-    return pools.filter(tenant__in=administered)
+    return administered_by(pools, user=user)

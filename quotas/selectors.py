@@ -7,12 +7,11 @@ admins and portal admins; anyone else gets the same 404 as for an allocation tha
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import Http404
 
 from quotas.models import Allocation, LedgerEntry
-from tenants.models import ProjectMembership, TenantMembership, TenantRole
-from tenants.selectors import AnyUser, ProjectAction, is_portal_admin, project_get_for_user
+from tenants.selectors import AnyUser, ProjectAction, project_get_for_user, visible_to
 
 
 def allocation_list_for_user(*, user: AnyUser) -> QuerySet[Allocation]:
@@ -20,13 +19,7 @@ def allocation_list_for_user(*, user: AnyUser) -> QuerySet[Allocation]:
     allocations = Allocation.objects.select_related("project__tenant", "cluster").order_by(
         "project__tenant__slug", "project__slug", "cluster__name", "gpu_type", "-starts_on"
     )
-    if not user.is_authenticated:
-        return allocations.none()
-    if is_portal_admin(user):
-        return allocations
-    administered = TenantMembership.objects.filter(user=user, role=TenantRole.ADMIN).values("tenant")
-    member_of = ProjectMembership.objects.filter(user=user).values("project")
-    return allocations.filter(Q(project__in=member_of) | Q(project__tenant__in=administered))
+    return visible_to(allocations, user=user)
 
 
 def allocation_get_for_user(

@@ -10,10 +10,11 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Model, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404
 
 from tenants.models import (
@@ -51,8 +52,44 @@ PROJECT_ROLES_ALLOWED = {
 TENANT_ADMIN_PROJECT_ACTIONS = frozenset({ProjectAction.VIEW, ProjectAction.MANAGE})
 
 
+M = TypeVar("M", bound=Model)
+
+
 def is_portal_admin(user: AnyUser) -> bool:
     return bool(user.is_authenticated and user.is_active and getattr(user, "is_staff", False))
+
+
+# Who may see a project's data: the one rule, for every list of rows that belong to a project or a tenant ------
+
+
+def visible_to(queryset: QuerySet[M], *, user: AnyUser, project_field: str = "project") -> QuerySet[M]:
+    """The rows of `queryset` whose project the user may view: every row for portal admins; for anyone else the
+    projects they are a member of and every project of the tenants they administer; none for anonymous users.
+
+    `project_field` leads from the row to its project ("allocation__project"); "" when the rows are projects.
+    """
+    if not user.is_authenticated:
+        return queryset.none()
+    if is_portal_admin(user):
+        return queryset
+    member_of = ProjectMembership.objects.filter(user=user).values("project")
+    project = project_field or "pk"
+    tenant = f"{project_field}__tenant" if project_field else "tenant"
+    return queryset.filter(Q(**{f"{project}__in": member_of}) | Q(**{f"{tenant}__in": _administered(user)}))
+
+
+def administered_by(queryset: QuerySet[M], *, user: AnyUser, tenant_field: str = "tenant") -> QuerySet[M]:
+    """The rows of `queryset` that belong to a tenant the user administers (every row for portal admins, none
+    for anonymous users): invoices, tenant pools, the audit log."""
+    if not user.is_authenticated:
+        return queryset.none()
+    if is_portal_admin(user):
+        return queryset
+    return queryset.filter(**{f"{tenant_field}__in": _administered(user)})
+
+
+def _administered(user: AnyUser) -> QuerySet[TenantMembership, Any]:
+    return TenantMembership.objects.filter(user=user.pk, role=TenantRole.ADMIN).values("tenant")
 
 
 def _not_found(kind: str, label: str) -> Http404:
@@ -125,10 +162,7 @@ def project_list_for_user(*, user: AnyUser, tenant: Tenant | None = None) -> Que
     )
     if tenant is not None:
         projects = projects.filter(tenant=tenant)
-    if is_portal_admin(user):
-        return projects
-    administered = TenantMembership.objects.filter(tenant=OuterRef("tenant"), user=user, role=TenantRole.ADMIN)
-    return projects.filter(Q(memberships__user=user) | Q(Exists(administered))).distinct()
+    return visible_to(projects, user=user, project_field="")
 
 
 def project_get_for_user(
@@ -229,12 +263,7 @@ def audit_event_list_for_user(*, user: AnyUser, tenant: Tenant | None = None) ->
     events = AuditEvent.objects.select_related("tenant")
     if tenant is not None:
         events = events.filter(tenant=tenant)
-    if is_portal_admin(user):
-        return events
-    if not user.is_authenticated:
-        return events.none()
-    administered = TenantMembership.objects.filter(user=user, role=TenantRole.ADMIN).values("tenant")
-    return events.filter(tenant__in=administered)
+    return administered_by(events, user=user)
 
 
 # What the user may reach, for the browser's navigation --------------------------------------------------

@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 _AUTH_ERRORS = {1007, 2002, 6000}  # protocol authentication, access denied, plugin auth
 _NOT_FOUND_ERRORS = {2017}  # invalid job id
 _NOTHING_FOUND_ERROR = 9003  # slurmdbd: a query matched nothing
+_ALREADY_DONE = 2021  # ESLURM_ALREADY_DONE: "Job/step already completing or completed"
 # The warning of a data_parser GET /jobs/?update_time= when nothing changed: an answer, not a problem.
 _NO_JOB_CHANGES = "No job changes since update_time"
 _HELD_WARNINGS = frozenset({"Job is in held state"})
@@ -217,9 +218,17 @@ class SlurmClient:
         return listing
 
     def cancel_job(self, *, user: str, job_id: int) -> None:
-        body = self._call("DELETE", f"{self.codec.slurm_prefix}/job/{int(job_id)}", user=user)
+        """Cancel the job; one that is already ending (completing, completed) is left as it is, without an error."""
+        try:
+            body = self._call("DELETE", f"{self.codec.slurm_prefix}/job/{int(job_id)}", user=user)
+        except SlurmRejected as exc:
+            if any(message.error_number == _ALREADY_DONE for message in exc.messages):
+                return
+            raise
         # From v0.0.40 on a refused cancel is HTTP 200 with empty errors[]: the refusal is in the per-job status.
-        refusals = self.codec.decode_signal_failures(body)
+        refusals = tuple(
+            message for message in self.codec.decode_signal_failures(body) if message.error_number != _ALREADY_DONE
+        )
         if refusals:
             raise self._error_from(200, refusals)
 

@@ -248,3 +248,19 @@ def test_warnings_on_any_reply_are_logged(key_file: Path, caplog: pytest.LogCapt
 
     assert 'Ignoring unknown field "gres"' in caplog.text
     assert "/slurm/v0.0.38/nodes/" in caplog.text
+
+
+@pytest.mark.parametrize(("code", "refused"), [(2021, False), (2002, True)])
+def test_a_cancel_refused_in_the_per_job_status_is_an_error_unless_the_job_is_already_ending(
+    code: int, refused: bool, key_file: Path
+) -> None:
+    # v0.0.40+ answer a cancel with HTTP 200 and empty errors[]: whether it worked is only in status[].
+    status = [{"job_id": {"set": True, "infinite": False, "number": 7}, "error": {"code": code, "string": "no"}}]
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json={"errors": [], "status": status}))
+    client = SlurmClient(base_url="http://slurm.test", key_file=key_file, api_version="0.0.42", transport=transport)
+
+    if refused:
+        with pytest.raises(SlurmAuthError, match="job 7: no"):
+            client.cancel_job(user="bob", job_id=7)
+    else:
+        client.cancel_job(user="bob", job_id=7)  # already completing: nothing to cancel, no error
