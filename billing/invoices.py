@@ -50,7 +50,10 @@ def invoices_build(*, month: date, tenant_ids: Collection[int] | None = None, no
             shares = shares.filter(tenant_id__in=tenant_ids)
             invoices = invoices.filter(tenant_id__in=tenant_ids)
         groups = list(usage_per_line(shares).annotate(job_count=Count("usage_record_id", distinct=True)))
-        existing = {(invoice.tenant_id, invoice.currency): invoice for invoice in invoices.select_for_update()}
+        existing = {
+            (invoice.tenant_id, invoice.currency): invoice
+            for invoice in invoices.select_for_update(of=("self",), no_key=True)
+        }
         missing = {(group["tenant_id"], group["currency"]) for group in groups} - existing.keys()
         created = Invoice.objects.bulk_create(
             [
@@ -113,7 +116,9 @@ def invoice_finalise(*, actor: Actor, invoice: Invoice, now: datetime | None = N
         )
     with transaction.atomic():
         billing_lock()
-        locked = Invoice.objects.select_for_update().select_related("tenant").get(pk=invoice.pk)
+        locked = (
+            Invoice.objects.select_for_update(of=("self",), no_key=True).select_related("tenant").get(pk=invoice.pk)
+        )
         if locked.is_final:
             raise Conflict(
                 f"Invoice {locked.number} is already final and cannot change; usage that arrives for its month is "

@@ -114,7 +114,9 @@ def rate_create(
 ) -> Rate:
     currency = currency.upper()
     with transaction.atomic():
-        Cluster.objects.select_for_update().filter(pk=cluster.pk).first()  # one rate change per cluster at a time
+        Cluster.objects.select_for_update(of=("self",), no_key=True).filter(
+            pk=cluster.pk
+        ).first()  # one rate change per cluster at a time
         _check_new_rate(cluster=cluster, gpu_type=gpu_type, currency=currency, valid_from=valid_from, exclude_id=None)
         if Rate.objects.filter(cluster=cluster, gpu_type=gpu_type, valid_from=valid_from).exists():
             raise Conflict(
@@ -151,8 +153,8 @@ def _refuse_if_used(rate: Rate, doing: str) -> None:
 def rate_update(*, actor: Actor, rate: Rate, changes: dict[str, Any]) -> Rate:
     """Change a rate that has priced nothing yet (fields: price_per_gpu_hour, currency, valid_from, note)."""
     with transaction.atomic():
-        Cluster.objects.select_for_update().filter(pk=rate.cluster_id).first()
-        rate = Rate.objects.select_for_update().select_related("cluster").get(pk=rate.pk)
+        Cluster.objects.select_for_update(of=("self",), no_key=True).filter(pk=rate.cluster_id).first()
+        rate = Rate.objects.select_for_update(of=("self",), no_key=True).select_related("cluster").get(pk=rate.pk)
         _refuse_if_used(rate, "changed")
         before = _rate_state(rate)
         for field in ("price_per_gpu_hour", "currency", "valid_from", "note"):
@@ -176,7 +178,7 @@ def rate_update(*, actor: Actor, rate: Rate, changes: dict[str, Any]) -> Rate:
 
 def rate_delete(*, actor: Actor, rate: Rate) -> None:
     with transaction.atomic():
-        rate = Rate.objects.select_for_update().select_related("cluster").get(pk=rate.pk)
+        rate = Rate.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=rate.pk)  # deleted
         _refuse_if_used(rate, "deleted")
         audit_record(actor=actor, action="rate.delete", target=rate, tenant=None, before=_rate_state(rate), after=None)
         rate.delete()

@@ -165,7 +165,11 @@ def reconciliation_report_run(*, report_id: int, client: SlurmClient | None = No
     """Compute the report. Idempotent: a done or failed report is left as it is; a pending one, or one whose
     worker died while running, is computed (again) from scratch."""
     with transaction.atomic():
-        report = ReconciliationReport.objects.select_for_update().select_related("cluster").get(pk=report_id)
+        report = (
+            ReconciliationReport.objects.select_for_update(of=("self",), no_key=True)
+            .select_related("cluster")
+            .get(pk=report_id)
+        )
         if report.state in {ReconciliationState.DONE, ReconciliationState.FAILED}:
             return report
         report.state = ReconciliationState.RUNNING

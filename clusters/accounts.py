@@ -258,7 +258,11 @@ def _project_sync_on_cluster(*, project_id: int, cluster: Cluster) -> SlurmRetry
     with transaction.atomic():
         # The row lock serialises syncs of one project, and the memberships are read only once it is held:
         # an older sync cannot undo a newer one by applying memberships it read earlier.
-        row = ProjectSlurmAccount.objects.select_for_update().filter(project_id=project_id, cluster=cluster).first()
+        row = (
+            ProjectSlurmAccount.objects.select_for_update(of=("self",), no_key=True)
+            .filter(project_id=project_id, cluster=cluster)
+            .first()
+        )
         targets = project_slurm_targets(cluster=cluster, project_ids=[project_id])
         if row is None or not targets:
             return None
@@ -553,7 +557,7 @@ def _reconcile_project(
         # A sync holding the row is bringing the project in line right now; one that finished after the
         # associations were read has done so already. Either way the snapshot is stale for this project.
         row = (
-            ProjectSlurmAccount.objects.select_for_update(skip_locked=True)
+            ProjectSlurmAccount.objects.select_for_update(of=("self",), no_key=True, skip_locked=True)
             .filter(project_id=target.project_id, cluster=cluster)
             .first()
         )

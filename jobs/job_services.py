@@ -512,7 +512,7 @@ def job_cancel(*, user: User, job: Job) -> Job:
     """
     now = timezone.now()
     with transaction.atomic():
-        locked = Job.objects.select_for_update(no_key=True).get(pk=job.pk)
+        locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
         if locked.is_external:
             raise Conflict(
                 "This job was submitted outside the portal and is read-only here; cancel it on the cluster "

@@ -98,7 +98,7 @@ def job_deliver(*, job_id: uuid.UUID) -> Delivery:
                 return Delivery("found in Slurm")
         if job.cancel_requested_at is not None:
             with transaction.atomic():
-                locked = Job.objects.select_for_update(no_key=True).get(pk=job.pk)
+                locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
                 if locked.state == JobState.QUEUED:
                     _cancel_unsubmitted(locked, now=timezone.now())
             return Delivery("cancelled before submission")
@@ -199,7 +199,7 @@ def _slurm_words(exc: SlurmError) -> str:
 def _record_submitted(*, job_id: uuid.UUID, slurm_job_id: int, detail: str) -> None:
     now = timezone.now()
     with transaction.atomic():
-        job = Job.objects.select_for_update(no_key=True).get(pk=job_id)
+        job = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job_id)
         if job.slurm_job_id is not None:
             if job.slurm_job_id != slurm_job_id:  # the sync adopted another copy first; keep one
                 logger.error("job %s: Slurm jobs %s and %s carry its tag", job.pk, job.slurm_job_id, slurm_job_id)
@@ -242,7 +242,7 @@ def _reject(job: Job, message: str) -> None:
 
 def _reject_by_id(job_id: uuid.UUID, message: str) -> None:
     with transaction.atomic():
-        job = Job.objects.select_for_update(no_key=True).get(pk=job_id)
+        job = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job_id)
         if job.state == JobState.QUEUED and job.slurm_job_id is None:
             _reject(job, message)
 
@@ -472,7 +472,7 @@ def jobs_apply_slurm_state(
     transitions: list[JobTransition] = []
     now = timezone.now()
     with transaction.atomic():
-        jobs = Job.objects.select_for_update(no_key=True).filter(cluster=cluster, pk__in=list(updates))
+        jobs = Job.objects.select_for_update(of=("self",), no_key=True).filter(cluster=cluster, pk__in=list(updates))
         for job in jobs:
             new_transitions = _apply(job=job, slurm_job=updates[job.pk], now=now, requeue_cause=causes.get(job.pk))
             if new_transitions is not None:
@@ -676,7 +676,7 @@ def _apply_accounting(*, cluster: Cluster, client: SlurmClient, job: Job) -> int
         return 0
     now = timezone.now()
     with transaction.atomic():
-        locked = Job.objects.select_for_update(no_key=True).get(pk=job.pk)
+        locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
         cause = interrupted_run_state(job=locked, records=records, current_start=record.start_time)
         transitions = _apply(job=locked, slurm_job=record, now=now, requeue_cause=cause)
         if transitions is None:

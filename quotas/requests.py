@@ -123,7 +123,9 @@ def quota_request_withdraw(*, actor: User, request: QuotaRequest) -> QuotaReques
         raise PermissionDenied("Only the member who asked may withdraw a request.")
     with transaction.atomic():
         locked = (
-            QuotaRequest.objects.select_for_update().select_related("allocation__project__tenant").get(pk=request.pk)
+            QuotaRequest.objects.select_for_update(of=("self",), no_key=True)
+            .select_related("allocation__project__tenant")
+            .get(pk=request.pk)
         )
         _ensure_pending(locked)
         before = _request_state(locked)
@@ -184,7 +186,7 @@ def quota_request_decide(
         )
     with transaction.atomic():
         locked = (
-            QuotaRequest.objects.select_for_update()
+            QuotaRequest.objects.select_for_update(of=("self",), no_key=True)
             .select_related("allocation__project__tenant", "allocation__cluster", "requested_by")
             .get(pk=request.pk)
         )
@@ -232,7 +234,7 @@ def _pool_draw(*, allocation: Allocation, gpu_seconds: int) -> TenantPool:
     """Take GPU-seconds from the tenant's pool covering the allocation's period, under the pool's lock."""
     tenant = allocation.project.tenant
     pool = (
-        TenantPool.objects.select_for_update()
+        TenantPool.objects.select_for_update(of=("self",), no_key=True)
         .filter(
             tenant=tenant,
             cluster_id=allocation.cluster_id,
@@ -308,7 +310,7 @@ def tenant_pool_create(
         raise ValidationError(problems)
     with transaction.atomic():
         # Serialises pool changes of one tenant, so two overlapping pools cannot both get in.
-        Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
+        Tenant.objects.select_for_update(of=("self",), no_key=True).filter(pk=tenant.pk).first()
         overlapping = TenantPool.objects.filter(
             tenant=tenant, cluster=cluster, starts_on__lte=ends_on, ends_on__gte=starts_on
         ).first()

@@ -86,7 +86,7 @@ def allocation_create(
         raise Conflict(f"The period ends ({ends_on}) before it starts ({starts_on}); swap the dates.")
     with transaction.atomic():
         # Serialises allocation changes of one project, so two overlapping periods cannot both get in.
-        Project.objects.select_for_update().filter(pk=project.pk).first()
+        Project.objects.select_for_update(of=("self",), no_key=True).filter(pk=project.pk).first()
         overlapping = Allocation.objects.filter(
             project=project, cluster=cluster, gpu_type=gpu_type, starts_on__lte=ends_on, ends_on__gte=starts_on
         ).first()
@@ -131,7 +131,9 @@ def allocation_grant(*, actor: Actor, allocation: Allocation, gpu_seconds: int, 
     """Add GPU-seconds to an allocation (negative: take back what is not used or reserved)."""
     with transaction.atomic():
         locked = (
-            Allocation.objects.select_for_update().select_related("project__tenant", "cluster").get(pk=allocation.pk)
+            Allocation.objects.select_for_update(of=("self",), no_key=True)
+            .select_related("project__tenant", "cluster")
+            .get(pk=allocation.pk)
         )
         if gpu_seconds < 0 and -gpu_seconds > max(locked.remaining_gpu_seconds, 0):
             raise Conflict(
@@ -243,7 +245,7 @@ def quota_reserve(*, job: Job, gpu_type: str | None, now: datetime) -> Reservati
         raise NoAllocation(
             _no_allocation_message(project=project, cluster=cluster, gpu_type=gpu_type, found=candidates)
         )
-    allocation = Allocation.objects.select_for_update().get(pk=chosen.pk)
+    allocation = Allocation.objects.select_for_update(of=("self",), no_key=True).get(pk=chosen.pk)
     remaining = allocation.remaining_gpu_seconds
     if needed > remaining:
         raise QuotaExceeded(_exceeded_message(job=job, allocation=allocation, needed=needed))
@@ -315,7 +317,7 @@ def quota_reserve_found(*, job: Job, now: datetime) -> bool:
         return False
     try:
         with transaction.atomic():
-            allocation = Allocation.objects.select_for_update().get(pk=chosen.pk)
+            allocation = Allocation.objects.select_for_update(of=("self",), no_key=True).get(pk=chosen.pk)
             if LedgerEntry.objects.filter(job=job, kind=LedgerKind.RESERVE).exists():
                 return False
             _reserve(allocation=allocation, job=job, gpu_seconds=needed, note="found in Slurm")
@@ -354,7 +356,12 @@ def _release(*, reservation: LedgerEntry, note: str) -> None:
 def _lock(allocation_ids: set[int | None]) -> None:
     ids = sorted(pk for pk in allocation_ids if pk is not None)  # one order everywhere: no deadlocks
     if ids:
-        list(Allocation.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk", flat=True))
+        list(
+            Allocation.objects.select_for_update(of=("self",), no_key=True)
+            .filter(pk__in=ids)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
 
 
 def quota_release(*, job: Job, note: str) -> int:

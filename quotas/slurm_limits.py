@@ -156,8 +156,14 @@ def quota_limit_sync(
     quota_limit_state_ensure(project_id=project_id, cluster_id=cluster_id)
     client = client or slurm_client_for(cluster)
     with transaction.atomic():
-        row = ProjectSlurmAccount.objects.select_for_update().filter(project_id=project_id, cluster=cluster).first()
-        state = QuotaLimitState.objects.select_for_update().get(project_id=project_id, cluster=cluster)
+        row = (
+            ProjectSlurmAccount.objects.select_for_update(of=("self",), no_key=True)
+            .filter(project_id=project_id, cluster=cluster)
+            .first()
+        )
+        state = QuotaLimitState.objects.select_for_update(of=("self",), no_key=True).get(
+            project_id=project_id, cluster=cluster
+        )
         if not _account_exists(row):
             return LimitSync(project_id=project_id, cluster_id=cluster_id, outcome=LimitOutcome.NO_ACCOUNT)
         return _write_locked(state=state, project=project, cluster=cluster, client=client, now=now or timezone.now())
@@ -222,7 +228,9 @@ def quota_limit_for_new_account(*, project_id: int, cluster: Cluster, client: Sl
     Slurm too. The account's accounting is measured first, in case an account of that name ran jobs before.
     """
     quota_limit_state_ensure(project_id=project_id, cluster_id=cluster.pk)
-    state = QuotaLimitState.objects.select_for_update().get(project_id=project_id, cluster=cluster)
+    state = QuotaLimitState.objects.select_for_update(of=("self",), no_key=True).get(
+        project_id=project_id, cluster=cluster
+    )
     if not state.opening_measured:
         account = Project.objects.values_list("slurm_account", flat=True).get(pk=project_id)
         quota_limit_opening_measure(state=state, account=account, cluster=cluster, client=client)
@@ -231,7 +239,9 @@ def quota_limit_for_new_account(*, project_id: int, cluster: Cluster, client: Sl
 
 def quota_limit_created(*, project_id: int, cluster: Cluster, minutes: int) -> None:
     """Record the limit an account was just created with."""
-    state = QuotaLimitState.objects.select_for_update().get(project_id=project_id, cluster=cluster)
+    state = QuotaLimitState.objects.select_for_update(of=("self",), no_key=True).get(
+        project_id=project_id, cluster=cluster
+    )
     quota_limit_record_applied(state=state, minutes=minutes)
 
 
@@ -358,12 +368,12 @@ def _limit_in_line(
     with transaction.atomic():
         # A sync or limit write holding the rows is changing the account right now; skip it this run.
         row = (
-            ProjectSlurmAccount.objects.select_for_update(skip_locked=True)
+            ProjectSlurmAccount.objects.select_for_update(of=("self",), no_key=True, skip_locked=True)
             .filter(project_id=target.project_id, cluster=cluster)
             .first()
         )
         state = (
-            QuotaLimitState.objects.select_for_update(skip_locked=True)
+            QuotaLimitState.objects.select_for_update(of=("self",), no_key=True, skip_locked=True)
             .filter(project_id=target.project_id, cluster=cluster)
             .first()
         )

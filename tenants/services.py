@@ -194,7 +194,7 @@ def tenant_create(*, actor: Actor, slug: str, name: str, description: str = "") 
 
 @transaction.atomic
 def tenant_update(*, actor: Actor, tenant: Tenant, name: str | None = None, description: str | None = None) -> Tenant:
-    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    tenant = Tenant.objects.select_for_update(of=("self",), no_key=True).get(pk=tenant.pk)
     before = _tenant_state(tenant)
     if name is not None:
         tenant.name = _check_name(name)
@@ -210,7 +210,7 @@ def tenant_update(*, actor: Actor, tenant: Tenant, name: str | None = None, desc
 def _lock_tenant_memberships(tenant: Tenant) -> None:
     # Serialises membership changes per tenant, so two concurrent demotions cannot both pass the
     # "at least one admin" check.
-    Tenant.objects.select_for_update().filter(pk=tenant.pk).exists()
+    Tenant.objects.select_for_update(of=("self",), no_key=True).filter(pk=tenant.pk).exists()
 
 
 def _ensure_another_admin(membership: TenantMembership, *, doing: str) -> None:
@@ -343,7 +343,7 @@ def project_create(*, actor: Actor, tenant: Tenant, slug: str, name: str, descri
 def project_update(
     *, actor: Actor, project: Project, name: str | None = None, description: str | None = None
 ) -> Project:
-    project = Project.objects.select_for_update().select_related("tenant").get(pk=project.pk)
+    project = Project.objects.select_for_update(of=("self",), no_key=True).select_related("tenant").get(pk=project.pk)
     before = _project_state(project)
     if name is not None:
         project.name = _check_name(name)
@@ -392,7 +392,9 @@ def project_member_add(*, actor: Actor, project: Project, user: User, role: str)
 def project_member_change_role(*, actor: Actor, membership: ProjectMembership, role: str) -> ProjectMembership:
     _check_role("role", role, ProjectRole)
     membership = (
-        ProjectMembership.objects.select_for_update().select_related("project__tenant", "user").get(pk=membership.pk)
+        ProjectMembership.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("project__tenant", "user")
+        .get(pk=membership.pk)
     )
     if membership.role == role:
         return membership
@@ -467,7 +469,7 @@ def token_create(*, user: User, name: str, expires_at: datetime | None = None) -
 
 @transaction.atomic
 def token_revoke(*, actor: Actor, token: ApiToken) -> ApiToken:
-    token = ApiToken.objects.select_for_update().select_related("user").get(pk=token.pk)
+    token = ApiToken.objects.select_for_update(of=("self",), no_key=True).select_related("user").get(pk=token.pk)
     if token.revoked_at is not None:
         return token
     before = _token_state(token)

@@ -1,0 +1,91 @@
+"""Row locks take only the row they guard: a lock on a joined cluster, project or tenant row would block every
+insert that references it (a job, a ledger row, a node) and deadlock with a worker doing the same thing."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from django.conf import settings
+from django.db import connection
+from psycopg import sql
+
+from clusters.accounts import project_slurm_sync
+from clusters.models import Cluster
+from clusters.slurm import SlurmUnavailable
+from tests.factories import make_project, make_tenant
+
+APPS = ("portal", "tenants", "clusters", "quotas", "jobs", "billing", "frontend")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _select_for_update_calls() -> list[tuple[str, int, ast.Call]]:
+    calls = []
+    for app in APPS:
+        for path in sorted((ROOT / app).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "select_for_update"
+                ):
+                    calls.append((str(path.relative_to(ROOT)), node.lineno, node))
+    return calls
+
+
+def test_every_row_lock_names_the_rows_it_locks() -> None:
+    """`select_for_update()` without `of=` locks every row of every joined table (a `select_related`, or a
+    model's ordering across a relation, joins them) in the strongest mode: name the tables, ("self",) as a rule."""
+    calls = _select_for_update_calls()
+    assert len(calls) > 20  # the walk found the code
+    unnamed = [f"{path}:{line}" for path, line, call in calls if "of" not in {k.arg for k in call.keywords}]
+    assert unnamed == []
+
+
+def _key_share_free(table: str, pk: int) -> bool:
+    """Whether another connection could insert a row referencing table's row pk now (its foreign-key check)."""
+    database = connection.settings_dict
+    with psycopg.connect(
+        host=database["HOST"], port=database["PORT"], user=database["USER"], dbname=database["NAME"], autocommit=True
+    ) as other:
+        try:
+            other.execute(
+                sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR KEY SHARE NOWAIT").format(sql.Identifier(table)), [pk]
+            )
+        except psycopg.errors.LockNotAvailable:
+            return False
+    return True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_project_sync_holding_its_row_lock_does_not_block_inserts_on_the_cluster_or_project(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The deadlock CI met: the sync's lock on its status row also locked the cluster row (the row's ordering
+    joins it), so a concurrent registration inserting a node of that cluster waited on it, and it on them."""
+    cluster = Cluster.objects.create(
+        name="local",
+        slurmrestd_url=settings.LOCAL_CLUSTER_URL,
+        jwt_key_file=settings.LOCAL_CLUSTER_KEY_FILE,
+        log_root=settings.LOCAL_CLUSTER_LOG_ROOT,
+    )
+    project = make_project(make_tenant())
+    probes: list[tuple[bool, bool]] = []
+
+    class ProbingClient:
+        """Looks at the locks while the sync holds its own, then answers as an unreachable slurmrestd would."""
+
+        def associations(self, **_: Any) -> None:
+            probes.append(
+                (_key_share_free("clusters_cluster", cluster.pk), _key_share_free("tenants_project", project.pk))
+            )
+            raise SlurmUnavailable("slurmrestd is being probed")
+
+    monkeypatch.setattr("clusters.accounts.slurm_client_for", lambda _cluster: ProbingClient())
+    with pytest.raises(SlurmUnavailable):
+        project_slurm_sync(project_id=project.pk)
+
+    assert probes == [(True, True)]
