@@ -1,19 +1,25 @@
 """Test settings: the portal's own, with Celery, Channels and the cache on Redis databases of their own,
 so a demo running on the same machine never receives test tasks or pushes (and vice versa)."""
 
+from portal.env import env_str
 from portal.settings import *  # noqa: F403
 from portal.settings import REDIS_URL, channel_layer_host
 
 _REDIS_BASE = REDIS_URL.rsplit("/", 1)[0]
+# Broker, channel layer and cache databases. Two suites can run side by side on one machine when each has its
+# own three (TEST_REDIS_DBS=1,2,3) and its own DATABASE_URL (pytest-django prefixes that name with test_).
+_BROKER_DB, _CHANNELS_DB, _CACHE_DB = env_str("TEST_REDIS_DBS", "13,14,15").split(",")
 
-CELERY_BROKER_URL = f"{_REDIS_BASE}/13"
+CELERY_BROKER_URL = f"{_REDIS_BASE}/{_BROKER_DB}"
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [channel_layer_host(f"{_REDIS_BASE}/14")]},
+        "CONFIG": {"hosts": [channel_layer_host(f"{_REDIS_BASE}/{_CHANNELS_DB}")]},
     }
 }
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": f"{_REDIS_BASE}/15"}}
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": f"{_REDIS_BASE}/{_CACHE_DB}"}
+}
 
 # Tests create many users; a fast hasher keeps fixtures cheap (never used outside tests).
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
