@@ -2,10 +2,11 @@
 slurmrestd submissions, in one run.
 
 Bare: `SlurmClient.submit_job` called sequentially over one keep-alive connection, held jobs. Portal: a few
-concurrent HTTP clients send `POST /api/v1/jobs/` (bearer token) to uvicorn; each 202 queues a task that a
-Celery worker delivers to the same slurmrestd. A portal job counts as known in Slurm when its row has its
-`slurm_job_id`. So that the portal's jobs never run, the project's Slurm account gets a GPU-minute limit of 0
-(they wait with reason AssocGrpGRESMinutes, as over-quota jobs do); every job is cancelled at the end.
+concurrent HTTP clients send `POST /api/v1/jobs/` (bearer token) to uvicorn; each 202 queues a task, and a
+Celery worker delivers the cluster's queued jobs in batches to the same slurmrestd. A portal job counts as known
+in Slurm when its row has its `slurm_job_id`. So that the portal's jobs never run, the project's Slurm account gets
+a GPU-minute limit of 0 (they wait with reason AssocGrpGRESMinutes, as over-quota jobs do); every job is cancelled
+at the end.
 Usage: python bench/job_submission.py [--jobs N] [--clients C] [--worker-concurrency W] [--port P]
 """
 
@@ -16,6 +17,7 @@ import itertools
 import json
 import threading
 import time
+import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ from clusters.slurm import SlurmClient, SlurmRetryableError
 from clusters.slurm.types import JobSubmission
 from jobs import job_services
 from jobs.job_services import JobRequest
-from jobs.job_sync import job_deliver
+from jobs.job_sync import job_deliver, jobs_deliver_queued
 from jobs.models import Job, JobState
 from tenants.models import Project
 
@@ -96,8 +98,13 @@ def bare_submissions(client: SlurmClient, world: stack.World, count: int) -> tup
     return count / (time.perf_counter() - started), latencies
 
 
-def queries_per_job(world: stack.World) -> tuple[int, str]:
-    """Database queries of one `POST /api/v1/jobs/` (in-process, same view and services) and of its delivery."""
+# The batch whose queries per delivered job are counted: as a worker's run meets it, in one batch.
+QUERIED_BATCH = 20
+
+
+def queries_per_job(world: stack.World) -> tuple[int, str, str]:
+    """Database queries of one `POST /api/v1/jobs/` (in-process, same view and services), of the delivery of one
+    job alone (`job_deliver`), and per delivered job of a worker's run over a backlog (`jobs_deliver_queued`)."""
     client = Client()
     with CaptureQueriesContext(connection) as post_queries:
         response = client.post(
@@ -110,8 +117,15 @@ def queries_per_job(world: stack.World) -> tuple[int, str]:
     job_id = response.json()["id"]
     with CaptureQueriesContext(connection) as delivery_queries:
         outcome = job_deliver(job_id=job_id)
-    delivered = str(len(delivery_queries)) if outcome.outcome == "submitted" else f"n/a ({outcome.outcome})"
-    return len(post_queries), delivered
+    alone = str(len(delivery_queries)) if outcome.outcome == "submitted" else f"n/a ({outcome.outcome})"
+    backlog = queued_backlog(world, QUERIED_BATCH)
+    with CaptureQueriesContext(connection) as batch_queries:
+        run = jobs_deliver_queued(job_id=uuid.UUID(backlog[0]))
+    delivered = sum(delivery.outcome == "submitted" for delivery in run.deliveries.values())
+    batched = f"{len(batch_queries) / delivered:.2f}" if delivered else "n/a (none delivered)"
+    # Their messages would reach the worker first and find nothing to do: they must not open the drain below.
+    stack.redis_flush()
+    return len(post_queries), alone, batched
 
 
 @dataclass
@@ -205,7 +219,7 @@ def main() -> None:
         bare_rate, bare_latencies = bare_submissions(slurm, world, args.jobs)
         stack.slurm_jobs_cancel(slurm, account=account)
         time.sleep(3)  # slurmctld and slurmdbd keep working on the cancellations; the portal must not pay for it
-        post_query_count, delivery_query_count = queries_per_job(world)
+        post_query_count, delivery_query_count, batch_query_count = queries_per_job(world)
 
         backlog_ids = queued_backlog(world, args.jobs)
         with portal:
@@ -255,8 +269,9 @@ def main() -> None:
         "first to last Slurm job id)"
     )
     print(
-        f"database queries per job: POST {post_query_count}, delivery (job_deliver) {delivery_query_count}; "
-        f"{cancelled} Slurm jobs cancelled in {cancel_seconds:.1f}s"
+        f"database queries per job: POST {post_query_count}; delivery of one job alone (job_deliver) "
+        f"{delivery_query_count}, per delivered job of a batch of {QUERIED_BATCH} (jobs_deliver_queued) "
+        f"{batch_query_count}; {cancelled} Slurm jobs cancelled in {cancel_seconds:.1f}s"
     )
     failed = ", ".join(f"{count} x {what}" for what, count in posted.failures.items()) or "none"
     print(

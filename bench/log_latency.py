@@ -2,11 +2,11 @@
 of `/ws/jobs/{id}/log/`, with 1 and with 100 concurrent viewers of one job.
 
 The job is a Job row (state running, no Slurm job) whose stdout file lies where the portal puts it under
-the cluster's log root; this process appends timestamped lines to it at irregular intervals (so they land
-at every phase of the server's poll) while its viewers, real WebSocket clients with a bearer token,
-are connected to uvicorn. A line's latency is the time from its write to the client's receipt of the
-`log.chunk` holding it; every viewer must get every line exactly once.
-Usage: python bench/log_latency.py [--lines N] [--viewers 1 100] [--port P]
+the cluster's log root; this process appends timestamped lines to it at a steady rate (`--interval`)
+while its viewers, real WebSocket clients with a bearer token, are connected to uvicorn. A line's latency
+is the time from its write to the client's receipt of the `log.chunk` holding it; every viewer must get
+every line exactly once. The connect time is that of all viewers' handshakes, started together.
+Usage: python bench/log_latency.py [--lines N] [--interval S] [--viewers 1 100] [--port P]
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -126,7 +125,9 @@ class Phase:
     seconds: float
 
 
-async def phase(portal: stack.Portal, world: stack.World, job: Job, *, viewers: int, lines: int) -> Phase:
+async def phase(
+    portal: stack.Portal, world: stack.World, job: Job, *, viewers: int, lines: int, interval: float
+) -> Phase:
     url = f"ws://127.0.0.1:{portal.port}/ws/jobs/{job.pk}/log/"
     offset = Path(job.stdout_path).stat().st_size
     started = time.perf_counter()
@@ -138,10 +139,12 @@ async def phase(portal: stack.Portal, world: stack.World, job: Job, *, viewers: 
     web_pid = portal.pid("web")
     cpu_before, wall_before = cpu_seconds(web_pid), time.perf_counter()
     descriptor = os.open(job.stdout_path, os.O_WRONLY | os.O_APPEND)
+    loop = asyncio.get_running_loop()
     try:
+        # A steady rate, each write scheduled from the start so that slow writes do not stretch the gaps.
+        start = loop.time() + interval
         for sequence in range(lines):
-            # Irregular gaps: lines land at every phase of the server's poll.
-            await asyncio.sleep(random.uniform(0.05, 0.3))
+            await asyncio.sleep(max(0.0, start + sequence * interval - loop.time()))
             os.write(descriptor, f"bench {sequence} {time.time():.6f}\n".encode())
         deadline = time.monotonic() + 30
         while any(len(viewer.lines) < lines for viewer in clients) and time.monotonic() < deadline:
@@ -169,7 +172,8 @@ async def phase(portal: stack.Portal, world: stack.World, job: Job, *, viewers: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lines", type=int, default=40, help="lines written per phase")
+    parser.add_argument("--lines", type=int, default=50, help="lines written per phase")
+    parser.add_argument("--interval", type=float, default=0.1, help="seconds between two lines")
     parser.add_argument("--viewers", type=int, nargs="+", default=[1, 100], help="concurrent viewers, per phase")
     parser.add_argument("--port", type=int, default=8100)
     args = parser.parse_args()
@@ -183,14 +187,18 @@ def main() -> None:
     try:
         with portal:
             for viewers in args.viewers:
-                phases.append(asyncio.run(phase(portal, world, job, viewers=viewers, lines=args.lines)))
+                phases.append(
+                    asyncio.run(phase(portal, world, job, viewers=viewers, lines=args.lines, interval=args.interval))
+                )
     finally:
         portal.stop()
         stack.job_directories_remove()
 
     print(
-        f"one running job, {args.lines} timestamped lines per phase appended to its stdout at 50-300 ms gaps; "
-        f"server: uvicorn (1 process), JOB_LOG_POLL_SECONDS={getattr(settings, 'JOB_LOG_POLL_SECONDS', '?')}; {machine}"
+        f"one running job, {args.lines} timestamped lines per phase appended to its stdout every "
+        f"{args.interval * 1000:.0f} ms; server: uvicorn (1 process), "
+        f"JOB_LOG_POLL_SECONDS={getattr(settings, 'JOB_LOG_POLL_SECONDS', '?')}, "
+        f"JOB_LOG_FORCE_POLLING={getattr(settings, 'JOB_LOG_FORCE_POLLING', '?')}; {machine}"
     )
     print(
         f"{'viewers':>8}{'connect s':>11}{'samples':>9}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}{'uvicorn CPU':>13}"

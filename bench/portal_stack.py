@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -293,14 +295,95 @@ def job_directories_remove() -> None:
     shutil.rmtree(Path(TARGET.log_root) / TENANT, ignore_errors=True)
 
 
-class Portal:
-    """uvicorn (`portal.asgi:application`) and a Celery worker on the benchmark's database and Redis databases.
+@dataclass(frozen=True)
+class Topology:
+    """How the web tier runs: which server answers HTTP, with how many processes and threads, and whether nginx
+    is in front (deploy/nginx.conf.template: /ws/ and log downloads to uvicorn, the rest to gunicorn, /static/
+    from the collected files). WebSockets are always uvicorn's (`portal.asgi`)."""
 
-    Both run in their own process groups, with logs in a temporary directory that is printed on failure.
+    name: str
+    http_server: Literal["uvicorn", "gunicorn-sync", "gunicorn-gthread"]
+    proxy: bool
+    http_workers: int  # uvicorn's or gunicorn's processes
+    threads: int = 1  # gunicorn-gthread's threads per process
+    asgi_workers: int = 1  # uvicorn's processes beside gunicorn, for WebSockets and log downloads
+
+    @property
+    def database_conn_max_age(self) -> int:
+        # gunicorn runs a request start to end in one thread, which keeps its connection for the next one; under
+        # ASGI a kept connection outlives its request's thread (portal/env.py), so uvicorn keeps 0.
+        return 0 if self.http_server == "uvicorn" else WSGI_CONN_MAX_AGE_SECONDS
+
+    def describe(self) -> str:
+        if self.http_server == "uvicorn":
+            http = f"uvicorn x{self.http_workers}"
+        elif self.http_server == "gunicorn-sync":
+            http = f"gunicorn sync x{self.http_workers} + uvicorn x{self.asgi_workers} (/ws/)"
+        else:
+            http = f"gunicorn gthread {self.http_workers}x{self.threads} + uvicorn x{self.asgi_workers} (/ws/)"
+        return f"nginx -> {http}" if self.proxy else http
+
+
+WSGI_CONN_MAX_AGE_SECONDS = 60
+
+
+def wsgi_workers_default() -> int:
+    """gunicorn's processes, as scripts/portal.sh sizes them (PORTAL_WEB_WORKERS): 2 x cores + 1."""
+    return int(os.environ.get("PORTAL_WEB_WORKERS") or 2 * (os.cpu_count() or 1) + 1)
+
+
+def deployed_topology() -> Topology:
+    """The topology scripts/portal.sh runs (README, "Processes"): the one the benchmarks, drills and the load test
+    start unless told otherwise."""
+    return Topology(
+        name="nginx+gunicorn-sync", http_server="gunicorn-sync", proxy=True, http_workers=wsgi_workers_default()
+    )
+
+
+NGINX_TEMPLATE = ROOT / "deploy" / "nginx.conf.template"
+
+
+def nginx_config_render(
+    *, listen: str, wsgi_upstream: str, asgi_upstream: str, state_dir: Path, access_log: str
+) -> str:
+    """deploy/nginx.conf.template with its placeholders filled in (scripts/portal.sh does the same with sed)."""
+    values = {
+        "LISTEN": listen,
+        "WSGI_UPSTREAM": wsgi_upstream,
+        "ASGI_UPSTREAM": asgi_upstream,
+        "STATIC_ROOT": str(settings.STATIC_ROOT),
+        "STATE_DIR": str(state_dir),
+        "ACCESS_LOG": access_log,
+        "ERROR_LOG": str(state_dir / "nginx-error.log"),
+        "WORKER_PROCESSES": "1",
+        "USER": pwd.getpwuid(os.getuid()).pw_name,
+    }
+    text = NGINX_TEMPLATE.read_text()
+    for key, value in values.items():
+        text = text.replace(f"@@{key}@@", value)
+    left = re.findall(r"@@[A-Z_]+@@", text)
+    assert not left, f"deploy/nginx.conf.template has placeholders nobody fills in: {left}"
+    return text
+
+
+class Portal:
+    """The portal's web tier (see `Topology`; `deployed_topology()` by default) and a Celery worker (and beat) on
+    the benchmark's database and Redis databases.
+
+    Processes, by name: `web` (uvicorn, `portal.asgi`: WebSockets, and all HTTP when it is the HTTP server),
+    `wsgi` (gunicorn, `portal.wsgi`), `nginx`, `worker`, `beat`; `process_names` lists those started. Each runs
+    in its own process group, with logs in a temporary directory that is printed on failure. `base_url` is where
+    clients go: nginx when it is in front, else the HTTP server.
     """
 
     def __init__(
-        self, *, port: int = 8100, worker_concurrency: int = 2, with_worker: bool = True, with_beat: bool = False
+        self,
+        *,
+        port: int = 8100,
+        worker_concurrency: int = 2,
+        with_worker: bool = True,
+        with_beat: bool = False,
+        topology: Topology | None = None,
     ) -> None:
         self.port = port
         self.worker_concurrency = worker_concurrency
@@ -308,52 +391,73 @@ class Portal:
         # Beat sends the periodic tasks (job sync, the sweep that requeues lost deliveries, usage import); its
         # intervals come from the environment (JOB_SYNC_INTERVAL_SECONDS etc., see portal/settings.py).
         self.with_beat = with_beat
+        self.topology = topology or deployed_topology()
         self.log_dir = Path(tempfile.mkdtemp(prefix="gpuportal-bench-"))
+        # The servers' sockets and nginx's files: nginx's workers (www-data) must be able to reach the sockets.
+        self.run_dir = Path(tempfile.mkdtemp(prefix="gpuportal-bench-run-"))
+        self.run_dir.chmod(0o711)
         self.worker_name = f"bench-{uuid.uuid4().hex[:8]}@localhost"
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         self._commands: dict[str, list[str]] = {}
+        self._environments: dict[str, dict[str, str]] = {}
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def _start(self, name: str, command: list[str]) -> subprocess.Popen[bytes]:
+    @property
+    def process_names(self) -> list[str]:
+        return list(self._processes)
+
+    @property
+    def asgi_socket(self) -> Path:
+        return self.run_dir / "asgi.sock"
+
+    @property
+    def wsgi_socket(self) -> Path:
+        return self.run_dir / "wsgi.sock"
+
+    def _start(self, name: str, command: list[str], environment: dict[str, str] | None = None) -> None:
         self._commands[name] = command
+        if environment is not None:
+            self._environments[name] = environment
         log = (self.log_dir / f"{name}.log").open("ab")
-        process = subprocess.Popen(
+        self._processes[name] = subprocess.Popen(
             command,
             cwd=ROOT,
-            env={**os.environ, **BENCH_ENVIRONMENT},
+            env={**os.environ, **BENCH_ENVIRONMENT, **self._environments.get(name, {})},
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        self._processes[name] = process
-        return process
 
     def pid(self, name: str) -> int:
-        """The process id of `web`, `worker` or `beat`."""
+        """The process id of `web`, `wsgi`, `nginx`, `worker` or `beat` (the master of a group of processes)."""
         return self._processes[name].pid
 
     def is_running(self, name: str) -> bool:
-        """Whether `web`, `worker` or `beat` is still running (a fault may have made it exit)."""
+        """Whether the process is still running (a fault may have made it exit)."""
         return self._processes[name].poll() is None
 
     def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
-        """Send `sig` to the whole process group of `web`, `worker` or `beat` (a worker's pool processes
-        too), and wait until its leader is gone: a fault drill's crash."""
+        """Send `sig` to the process's whole group (a worker's pool processes too), and wait until its leader is
+        gone: a fault drill's crash."""
         process = self._processes[name]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
         process.wait(timeout=30)
 
     def restart(self, name: str, *, timeout_seconds: float = 60) -> None:
-        """Start `name` again with the command it was started with; for the worker, wait until it answers."""
+        """Start `name` again with the command it was started with; wait until it answers."""
         from portal.celery import app as celery_app
 
+        if name in {"web", "wsgi"}:  # a killed server leaves its socket file behind
+            (self.asgi_socket if name == "web" else self.wsgi_socket).unlink(missing_ok=True)
         self._start(name, self._commands[name])
         deadline = time.monotonic() + timeout_seconds
+        if name in {"web", "wsgi", "nginx"}:
+            self._servers_wait(deadline=deadline)
         while name == "worker" and not self._worker_answers(celery_app):
             if self._processes[name].poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the restarted Celery worker does not answer; logs in {self.log_dir}")
@@ -367,9 +471,96 @@ class Portal:
             except connection.connection_errors:
                 return False
 
-    def start(self, *, timeout_seconds: float = 60) -> None:
+    def _web_start(self) -> None:
+        topology = self.topology
+        bin_dir = Path(sys.executable).parent
+        proxied = {"PORTAL_NUM_PROXIES": "1"} if topology.proxy else {}
+        asgi_alone = topology.http_server == "uvicorn"
+        bind_asgi = (
+            ["--host", "127.0.0.1", "--port", str(self.port)]
+            if asgi_alone and not topology.proxy
+            else ["--uds", str(self.asgi_socket)]
+        )
+        self._start(
+            "web",
+            [
+                str(bin_dir / "uvicorn"),
+                "portal.asgi:application",
+                *bind_asgi,
+                f"--workers={topology.http_workers if asgi_alone else topology.asgi_workers}",
+                "--no-access-log",
+                "--log-level=warning",
+            ],
+            # Set, not inherited: a kept connection under ASGI is the leak portal/env.py describes.
+            {"DATABASE_CONN_MAX_AGE": "0", **proxied},
+        )
+        if not asgi_alone:
+            bind_wsgi = f"unix:{self.wsgi_socket}" if topology.proxy else f"127.0.0.1:{self.port}"
+            threads = ["--worker-class=gthread", f"--threads={topology.threads}"] if topology.threads > 1 else []
+            self._start(
+                "wsgi",
+                [
+                    str(bin_dir / "gunicorn"),
+                    "portal.wsgi:application",
+                    f"--bind={bind_wsgi}",
+                    f"--workers={topology.http_workers}",
+                    *threads,
+                    "--timeout=60",
+                    "--log-level=warning",
+                ],
+                {"DATABASE_CONN_MAX_AGE": str(topology.database_conn_max_age), **proxied},
+            )
+        if topology.proxy:
+            subprocess.run(
+                [str(bin_dir / "python"), "manage.py", "collectstatic", "--noinput", "-v0"],
+                cwd=ROOT,
+                env={**os.environ, **BENCH_ENVIRONMENT},
+                check=True,
+            )
+            upstream_asgi = f"unix:{self.asgi_socket}"
+            config = self.run_dir / "nginx.conf"
+            config.write_text(
+                nginx_config_render(
+                    listen=f"127.0.0.1:{self.port}",
+                    wsgi_upstream=upstream_asgi if asgi_alone else f"unix:{self.wsgi_socket}",
+                    asgi_upstream=upstream_asgi,
+                    state_dir=self.run_dir,
+                    access_log="off",
+                )
+            )
+            self._start(
+                "nginx", [nginx_binary(), "-c", str(config), "-e", str(self.log_dir / "nginx.log")]
+            )
+
+    def _servers_wait(self, *, deadline: float) -> None:
+        """Until every web server answers /healthz, each at its own address (the proxy's answer alone would
+        not show that the ASGI server behind it is up)."""
         import httpx
 
+        probes = [httpx.Client(base_url=self.base_url, timeout=2)]
+        if self.topology.proxy or self.topology.http_server != "uvicorn":
+            transport = httpx.HTTPTransport(uds=str(self.asgi_socket))
+            probes.append(httpx.Client(base_url="http://localhost", transport=transport, timeout=2))
+        if self.topology.proxy and self.topology.http_server != "uvicorn":
+            transport = httpx.HTTPTransport(uds=str(self.wsgi_socket))
+            probes.append(httpx.Client(base_url="http://localhost", transport=transport, timeout=2))
+        try:
+            for probe in probes:
+                while True:
+                    if any(process.poll() is not None for process in self._processes.values()):
+                        raise RuntimeError(f"a portal process exited early; logs in {self.log_dir}")
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the portal did not start in time; logs in {self.log_dir}")
+                    try:
+                        probe.get("/healthz")
+                        break
+                    except httpx.TransportError:
+                        time.sleep(0.2)
+        finally:
+            for probe in probes:
+                probe.close()
+
+    def start(self, *, timeout_seconds: float = 60) -> None:
         from portal.celery import app as celery_app
 
         bin_dir = Path(sys.executable).parent
@@ -401,31 +592,9 @@ class Portal:
                     f"--pidfile={self.log_dir / 'beat.pid'}",
                 ],
             )
-        web = self._start(
-            "web",
-            [
-                str(bin_dir / "uvicorn"),
-                "portal.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--no-access-log",
-                "--log-level=warning",
-            ],
-        )
         deadline = time.monotonic() + timeout_seconds
-        while True:
-            if any(process.poll() is not None for process in self._processes.values()):
-                raise RuntimeError(f"a portal process exited early; logs in {self.log_dir}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the portal did not start within {timeout_seconds}s; logs in {self.log_dir}")
-            try:
-                httpx.get(f"{self.base_url}/healthz", timeout=2)
-                break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        assert web.poll() is None
+        self._web_start()
+        self._servers_wait(deadline=deadline)
         while self.with_worker and not celery_app.control.ping(destination=[self.worker_name], timeout=0.5):
             if time.monotonic() > deadline:
                 raise RuntimeError(
@@ -445,6 +614,7 @@ class Portal:
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=5)
         self._processes.clear()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def log_count(self, text: str) -> dict[str, int]:
         """How often each process's log mentions `text` (e.g. an error the processes logged)."""
@@ -460,6 +630,15 @@ class Portal:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def nginx_binary() -> str:
+    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if found is None:
+        raise SystemExit(
+            "nginx is not installed: `bash scripts/services.sh up nginx` installs it (Debian's nginx-light)"
+        )
+    return found
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from billing.models import Rate
 from billing.money import amount_billed, usage_cost
 from billing.rates import RateBook
 from clusters.models import Partition
-from jobs.job_services import JobRequest, expected_gpu_type, job_shape_resolve
+from jobs.job_services import Accepted, JobRequest, expected_gpu_type, job_shape_resolve
 from jobs.models import Job
 from quotas.models import Allocation, LedgerEntry, LedgerKind
 from quotas.services import allocation_for, allocation_requests_path, allocations_current, job_gpu_seconds_needed
@@ -89,9 +89,16 @@ class Estimate:
 
 
 def _priced(
-    *, job: Job, gpu_type: str, allocation: Allocation | None, remaining: int | None, now: datetime
+    *,
+    job: Job,
+    gpu_type: str,
+    allocation: Allocation | None,
+    remaining: int | None,
+    now: datetime,
+    rates: RateBook | None = None,
 ) -> Estimate:
-    rate = RateBook.for_clusters([job.cluster_id]).in_force(cluster_id=job.cluster_id, gpu_type=gpu_type, at=now)
+    rates = rates or RateBook.for_clusters([job.cluster_id])
+    rate = rates.in_force(cluster_id=job.cluster_id, gpu_type=gpu_type, at=now)
     gpu_seconds = job_gpu_seconds_needed(job)
     # At the one rate in force now, the job's usage makes one invoice line: rounded as the invoice will round it.
     max_cost = (
@@ -201,9 +208,25 @@ def estimate_data(estimate: Estimate) -> dict[str, Any]:
     }
 
 
-def job_estimate_data(job: Job) -> dict[str, Any]:
+def job_estimate_accepted(*, accepted: Accepted) -> Estimate:
+    """`job_estimate` of a job just accepted, from what its submission stored (no reads but the cached rates)."""
+    job, reservation = accepted.job, accepted.reservation
+    allocation = reservation.allocation if reservation is not None else None
+    return _priced(
+        job=job,
+        gpu_type=accepted.quota_gpu_type or "",
+        allocation=allocation,
+        remaining=None
+        if reservation is None
+        else reservation.allocation.remaining_gpu_seconds + reservation.gpu_seconds,
+        now=job.created_at,
+        rates=RateBook.for_estimates(job.cluster_id),
+    )
+
+
+def job_estimate_data(accepted: Accepted) -> dict[str, Any]:
     """The submit reply's `estimate` (settings.JOB_ESTIMATE_FUNCTION): the same rendering as POST /estimates/."""
     # The reply's shape lives with the API, which imports this module: imported here, when first needed.
     from billing.estimate_apis import EstimateOutput
 
-    return dict(EstimateOutput(estimate_data(job_estimate(job=job))).data)
+    return dict(EstimateOutput(estimate_data(job_estimate_accepted(accepted=accepted))).data)

@@ -6,12 +6,15 @@ predecessors already priced: an invoice's amounts never move under it. A cluster
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
@@ -20,6 +23,8 @@ from billing.models import Rate, UsageShare
 from clusters.models import Cluster
 from portal.errors import Conflict
 from tenants.services import Actor, audit_record
+
+logger = logging.getLogger(__name__)
 
 
 class RateBook:
@@ -33,6 +38,23 @@ class RateBook:
     @classmethod
     def for_clusters(cls, cluster_ids: Iterable[int]) -> RateBook:
         return cls(Rate.objects.filter(cluster_id__in=set(cluster_ids)))
+
+    @classmethod
+    def for_estimates(cls, cluster_id: int) -> RateBook:
+        """The cluster's rates from the cache, for estimates only: a submission's reply reads no rates from the
+        database. Every rate change empties it; at worst (a change racing a refill) it lags RATES_CACHE_SECONDS.
+        Prices are always read from the database."""
+        key = _rates_cache_key(cluster_id)
+        try:
+            rates = cache.get(key)
+        except Exception:  # the cache (Redis) down costs a query, never the request
+            logger.warning("rates cache unavailable", exc_info=True)
+            rates = None
+        if rates is None:
+            rates = list(Rate.objects.filter(cluster_id=cluster_id))
+            with contextlib.suppress(Exception):
+                cache.set(key, rates, RATES_CACHE_SECONDS)
+        return cls(rates)
 
     def _latest(self, chain: list[Rate], at: datetime) -> Rate | None:
         found = None
@@ -56,6 +78,23 @@ class RateBook:
         if gpu_type:
             moments |= {rate.valid_from for rate in self._chains.get((cluster_id, gpu_type), [])}
         return sorted(moment for moment in moments if start < moment < end)
+
+
+RATES_CACHE_SECONDS = 60
+
+
+def _rates_cache_key(cluster_id: int) -> str:
+    return f"billing:rates:{cluster_id}"
+
+
+def _forget_cached_rates(cluster_id: int) -> None:
+    def forget() -> None:
+        try:
+            cache.delete(_rates_cache_key(cluster_id))
+        except Exception:
+            logger.warning("rates cache unavailable: estimates may show the old rate for a minute", exc_info=True)
+
+    transaction.on_commit(forget)
 
 
 def _rate_state(rate: Rate) -> dict[str, Any]:
@@ -137,6 +176,7 @@ def rate_create(
         rate.full_clean()
         rate.save()
         audit_record(actor=actor, action="rate.create", target=rate, tenant=None, before=None, after=_rate_state(rate))
+        _forget_cached_rates(rate.cluster_id)
     return rate
 
 
@@ -173,6 +213,7 @@ def rate_update(*, actor: Actor, rate: Rate, changes: dict[str, Any]) -> Rate:
         audit_record(
             actor=actor, action="rate.update", target=rate, tenant=None, before=before, after=_rate_state(rate)
         )
+        _forget_cached_rates(rate.cluster_id)
     return rate
 
 
@@ -181,4 +222,5 @@ def rate_delete(*, actor: Actor, rate: Rate) -> None:
         rate = Rate.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=rate.pk)  # deleted
         _refuse_if_used(rate, "deleted")
         audit_record(actor=actor, action="rate.delete", target=rate, tenant=None, before=_rate_state(rate), after=None)
+        _forget_cached_rates(rate.cluster_id)
         rate.delete()

@@ -88,6 +88,10 @@ class Partition(models.Model):
     node_names = models.JSONField(default=list)
     gpu_types = models.JSONField(default=list, help_text="GPU types offered by the partition's nodes")
     max_gpus_per_node = models.PositiveIntegerField(default=0)
+    # What the partition's largest node has, so a submission is checked without reading the nodes; 0: not known.
+    max_cpus_per_node = models.PositiveIntegerField(default=0)
+    max_memory_mb_per_node = models.PositiveBigIntegerField(default=0)
+    gpus_per_node_by_type = models.JSONField(default=dict, help_text="The most GPUs of each type one node has")
     synced_at = models.DateTimeField()
 
     class Meta:

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Prefetch, QuerySet
+from django.contrib.postgres.expressions import ArraySubquery
+from django.db.models import Count, JSONField, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models.functions import JSONObject
 from django.http import Http404
 
 from clusters.models import (
@@ -319,3 +321,68 @@ def cluster_node_state_counts(*, cluster: Cluster) -> dict[str, int]:
     """How many nodes are in each state (idle, mixed, allocated, draining, drained, down, unknown)."""
     rows = Node.objects.filter(cluster=cluster).values("state").annotate(count=Count("pk")).order_by("state")
     return {row["state"]: row["count"] for row in rows}
+
+
+# What a submission checks against -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubmissionTarget:
+    """An active cluster as its last sync left it, with its partitions and the submitting user's username there
+    (None: the user has no cluster account on it)."""
+
+    cluster: Cluster
+    partitions: dict[str, Partition]
+    username: str | None
+
+
+_PARTITION_FIELDS = (
+    "name",
+    "is_default",
+    "max_time_minutes",
+    "default_time_minutes",
+    "gpu_types",
+    "max_gpus_per_node",
+    "max_cpus_per_node",
+    "max_memory_mb_per_node",
+    "gpus_per_node_by_type",
+)
+
+
+def submission_target_expression(*, cluster_name: str, user: AnyUser) -> Subquery:
+    """An expression to annotate any query with: the active cluster `cluster_name`, its partitions and `user`'s
+    username on it, as JSON (null when no such cluster is active), so that a submission reads it in the query
+    that reads its project. Decode it with `submission_target_from`."""
+    return Subquery(_targets(cluster_name=cluster_name, user=user)[:1], output_field=JSONField())
+
+
+def submission_target_get(*, cluster_name: str, user: AnyUser) -> SubmissionTarget | None:
+    """The same, read on its own."""
+    return submission_target_from(_targets(cluster_name=cluster_name, user=user).first())
+
+
+def submission_target_from(data: dict[str, Any] | None) -> SubmissionTarget | None:
+    if data is None:
+        return None
+    cluster = Cluster(id=data["id"], name=data["name"], log_root=data["log_root"], is_active=True)
+    partitions = {partition["name"]: Partition(cluster=cluster, **partition) for partition in data["partitions"] or []}
+    return SubmissionTarget(cluster=cluster, partitions=partitions, username=data["username"])
+
+
+def _targets(*, cluster_name: str, user: AnyUser) -> QuerySet[Cluster, dict[str, Any]]:
+    partitions = ArraySubquery(
+        Partition.objects.filter(cluster=OuterRef("pk"))
+        .order_by("name")
+        .values(json=JSONObject(**{field: field for field in _PARTITION_FIELDS}))
+    )
+    username = ClusterAccount.objects.filter(cluster=OuterRef("pk"), user=user.pk if user.is_authenticated else None)
+    return Cluster.objects.filter(name=cluster_name, is_active=True).values_list(
+        JSONObject(
+            id="pk",
+            name="name",
+            log_root="log_root",
+            username=Subquery(username.values("username")[:1]),
+            partitions=partitions,
+        ),
+        flat=True,
+    )

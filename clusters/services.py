@@ -199,6 +199,10 @@ def _store_partitions(
             node for node in nodes if partition.name in node.partitions
         ]
         gpu_types = sorted({node.gpu_type for node in members if node.gpu_type and node.gpus_total})
+        gpus_by_type: dict[str, int] = {}
+        for node in members:
+            if node.gpu_type and node.gpus_total:
+                gpus_by_type[node.gpu_type] = max(gpus_by_type.get(node.gpu_type, 0), node.gpus_total)
         Partition.objects.update_or_create(
             cluster=cluster,
             name=partition.name,
@@ -210,6 +214,9 @@ def _store_partitions(
                 "node_names": [node.name for node in members],
                 "gpu_types": gpu_types,
                 "max_gpus_per_node": max((node.gpus_total for node in members), default=0),
+                "max_cpus_per_node": max((node.cpus for node in members), default=0),
+                "max_memory_mb_per_node": max((node.real_memory_mb for node in members), default=0),
+                "gpus_per_node_by_type": gpus_by_type,
                 "synced_at": now,
             },
         )

@@ -9,26 +9,27 @@ import logging
 import re
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from clusters.models import Cluster, ClusterAccount, Partition
+from clusters.models import Cluster, Partition
+from clusters.selectors import SubmissionTarget, cluster_list_active, submission_target_get
 from jobs.models import Job, JobState, JobTemplate, JobTransition
 from jobs.paths import JobPaths, job_paths
 from jobs.reasons import pending_reason_text
 from jobs.templates import BUILTIN_TEMPLATES
 from portal.errors import Conflict
 from portal.queue import task_enqueue_on_commit
-from quotas.services import quota_release, quota_reserve
+from quotas.services import Reservation, quota_release, quota_reserve
 from tenants.models import Project
 from tenants.services import audit_record
 
@@ -92,13 +93,17 @@ def jobs_push(job_ids: Iterable[uuid.UUID]) -> None:
     pages and streams re-read it when they connect.
     """
     ids = list(job_ids)
-    if not ids:
-        return
+    if ids:
+        jobs_push_loaded(Job.objects.filter(pk__in=ids).select_related("project__tenant", "cluster", "user"))
+
+
+def jobs_push_loaded(jobs: Iterable[Job]) -> None:
+    """`jobs_push` for jobs in hand, as just stored with their project, tenant, cluster and user."""
     layer = get_channel_layer()
     if layer is None:
         return
     sends: list[tuple[str, dict[str, Any]]] = []
-    for job in Job.objects.filter(pk__in=ids).select_related("project__tenant", "cluster", "user"):
+    for job in jobs:
         message = {"type": "job.update", "job": job_event(job)}
         sends += [(project_jobs_group(job.project_id), message), (job_group(job.id), message)]
     try:
@@ -141,23 +146,45 @@ class JobRequest:
     idempotency_key: str = ""
 
 
+@dataclass(frozen=True)
+class Accepted:
+    """A submission's outcome: the job; whether this request created it (False: a retry with the same key got the
+    job the first request created); and, when it did, what it stored with it, for a reply without reading back."""
+
+    job: Job
+    created: bool
+    transitions: list[JobTransition] = field(default_factory=list)
+    reservation: Reservation | None = None
+    quota_gpu_type: str | None = None
+
+
 def job_submit(*, user: User, project: Project, request: JobRequest) -> tuple[Job, bool]:
+    """`job_submit_accepted`, answering the job and whether it is new."""
+    accepted = job_submit_accepted(user=user, project=project, request=request)
+    return accepted.job, accepted.created
+
+
+def job_submit_accepted(
+    *, user: User, project: Project, request: JobRequest, target: SubmissionTarget | None = None
+) -> Accepted:
     """Validate a submission against the cluster as last synced, store it `queued` and hand it to a worker.
 
-    The caller has checked that `user` may submit to `project`. Every problem is reported at once, per
-    field, with what to change. Returns the job and whether it is new: a repeated `idempotency_key`
-    from the same user returns the job the first request created.
+    The caller has checked that `user` may submit to `project`, and may pass the cluster as it read it
+    (`clusters.selectors.submission_target_expression`, in the query that read the project). Every problem is
+    reported at once, per field, with what to change. A repeated `idempotency_key` from the same user returns
+    the job the first request created.
     """
-    if request.idempotency_key:
-        earlier = Job.objects.filter(user=user, idempotency_key=request.idempotency_key).first()
-        if earlier is not None:
-            return earlier, False
     values = _with_template_defaults(project=project, request=request)
-    cluster, problems = _validated(user=user, values=values)
+    if target is None:
+        target = submission_target_get(cluster_name=values["cluster"], user=user)
+    problems = _validated(target=target, values=values)
     if problems:
+        earlier = _earlier(user=user, idempotency_key=request.idempotency_key)
+        if earlier is not None:  # a retry of a request that was accepted, whatever has changed since
+            return Accepted(job=earlier, created=False)
         raise ValidationError(problems)
-    assert cluster is not None
-    username = values["cluster_username"]
+    assert target is not None
+    cluster = target.cluster
     job_id = uuid.uuid4()
     paths = job_paths(
         log_root=cluster.log_root, tenant_slug=project.tenant.slug, project_slug=project.slug, job_id=job_id
@@ -165,21 +192,31 @@ def job_submit(*, user: User, project: Project, request: JobRequest) -> tuple[Jo
     now = timezone.now()
     try:
         with transaction.atomic():
-            job = _job_create(
+            accepted = _job_create(
                 job_id=job_id,
                 user=user,
                 project=project,
                 cluster=cluster,
-                username=username,
+                username=target.username or "",
                 values=values,
                 paths=paths,
                 now=now,
                 idempotency_key=request.idempotency_key,
             )
     except IntegrityError:
-        # The same key raced in from a parallel request: the first one won.
-        return Job.objects.get(user=user, idempotency_key=request.idempotency_key), False
-    return job, True
+        # The key was used before (a retry), or raced in from a parallel request: the first one won. The unique
+        # constraint answers this, so a new key costs no lookup.
+        earlier = _earlier(user=user, idempotency_key=request.idempotency_key)
+        if earlier is None:
+            raise
+        return Accepted(job=earlier, created=False)
+    return accepted
+
+
+def _earlier(*, user: User, idempotency_key: str) -> Job | None:
+    if not idempotency_key:
+        return None
+    return Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
 
 
 def _job_create(
@@ -193,7 +230,7 @@ def _job_create(
     paths: JobPaths,
     now: datetime,
     idempotency_key: str,
-) -> Job:
+) -> Accepted:
     job = Job(
         id=job_id,
         project=project,
@@ -220,7 +257,7 @@ def _job_create(
         next_attempt_at=now,
     )
     job.save(force_insert=True)
-    JobTransition.objects.create(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted")
+    accepted = JobTransition.objects.create(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted")
     audit_record(
         actor=user,
         action="job.submit",
@@ -231,10 +268,16 @@ def _job_create(
     )
     # Last, so that the allocation's row lock is held only until the commit that follows. Refused for want of
     # GPU-hours, this raises and the transaction stores nothing.
-    quota_reserve(job=job, gpu_type=values["quota_gpu_type"], now=now)
+    reservation = quota_reserve(job=job, gpu_type=values["quota_gpu_type"], now=now)
     task_enqueue_on_commit("jobs.tasks.job_submit", str(job.id), fallback="the workers' sweep submits the job")
-    transaction.on_commit(lambda: jobs_push([job.id]))
-    return job
+    transaction.on_commit(lambda: jobs_push_loaded([job]))
+    return Accepted(
+        job=job,
+        created=True,
+        transitions=[accepted],
+        reservation=reservation,
+        quota_gpu_type=values["quota_gpu_type"],
+    )
 
 
 def _with_template_defaults(*, project: Project, request: JobRequest) -> dict[str, Any]:
@@ -272,46 +315,39 @@ def _with_template_defaults(*, project: Project, request: JobRequest) -> dict[st
     return given
 
 
-def _validated(*, user: User, values: dict[str, Any]) -> tuple[Cluster | None, dict[str, list[str]]]:
-    """Fill defaults into `values` and return the cluster and every problem found, per field."""
+def _validated(*, target: SubmissionTarget | None, values: dict[str, Any]) -> dict[str, list[str]]:
+    """Fill defaults into `values` and return every problem found, per field."""
     problems: dict[str, list[str]] = {}
 
     def problem(field: str, message: str) -> None:
         problems.setdefault(field, []).append(message)
 
-    cluster = _active_cluster(values, problem)
-    if cluster is None:
-        return None, problems
-    username = ClusterAccount.objects.filter(cluster=cluster, user=user).values_list("username", flat=True).first()
-    values["cluster_username"] = username
-    if username is None:
+    if target is None:
+        _no_such_cluster(values, problem)
+        return problems
+    if target.username is None:
         problem(
             "cluster",
-            f"You have no username on cluster '{cluster.name}', so your jobs cannot run there; "
+            f"You have no username on cluster '{target.cluster.name}', so your jobs cannot run there; "
             "ask a portal admin to add your cluster account.",
         )
-
-    partition = _validate_shape(values, cluster, problem)
-    _validate_resources(values, partition, cluster, problem)
+    partition = _validate_shape(values, target, problem)
+    _validate_resources(values, partition, problem)
     _validate_name(values, problem)
     _validate_script(values, problem)
     _validate_environment(values, problem)
-    return cluster, problems
+    return problems
 
 
-def _active_cluster(values: dict[str, Any], problem: Any) -> Cluster | None:
-    cluster = Cluster.objects.filter(name=values["cluster"], is_active=True).first()
-    if cluster is None:
-        names = ", ".join(Cluster.objects.filter(is_active=True).values_list("name", flat=True)) or "none yet"
-        problem("cluster", f"There is no active cluster '{values['cluster']}'; choose one of: {names}.")
-    return cluster
+def _no_such_cluster(values: dict[str, Any], problem: Any) -> None:
+    names = ", ".join(cluster_list_active().values_list("name", flat=True)) or "none yet"
+    problem("cluster", f"There is no active cluster '{values['cluster']}'; choose one of: {names}.")
 
 
-def _validate_shape(values: dict[str, Any], cluster: Cluster, problem: Any) -> Partition | None:
+def _validate_shape(values: dict[str, Any], target: SubmissionTarget, problem: Any) -> Partition | None:
     """Fill and check the partition, GPUs and time limit: what a job may use, so what it reserves and costs."""
-    partitions = {partition.name: partition for partition in cluster.partitions.all()}
-    partition = _partition_for(values, partitions, problem, cluster)
-    _validate_gpus(values, partition, cluster, problem)
+    partition = _partition_for(values, target.partitions, problem, target.cluster)
+    _validate_gpus(values, partition, problem)
     values["quota_gpu_type"] = expected_gpu_type(gpu_type=values["gpu_type"], partition=partition)
     _validate_time_limit(values, partition, problem)
     return partition
@@ -346,14 +382,16 @@ def job_shape_resolve(*, project: Project, request: JobRequest) -> JobShape:
     def problem(field: str, message: str) -> None:
         problems.setdefault(field, []).append(message)
 
-    cluster = _active_cluster(values, problem)
-    partition = _validate_shape(values, cluster, problem) if cluster is not None else None
+    target = submission_target_get(cluster_name=values["cluster"], user=AnonymousUser())
+    if target is None:
+        _no_such_cluster(values, problem)
+    partition = _validate_shape(values, target, problem) if target is not None else None
     if problems:
         raise ValidationError(problems)
-    assert cluster is not None
+    assert target is not None
     assert partition is not None
     return JobShape(
-        cluster=cluster,
+        cluster=target.cluster,
         partition=partition.name,
         gpu_type=values["gpu_type"] or "",
         expected_gpu_type=values["quota_gpu_type"],
@@ -385,7 +423,7 @@ def _partition_for(
     return partitions[name]
 
 
-def _validate_gpus(values: dict[str, Any], partition: Partition | None, cluster: Cluster, problem: Any) -> None:
+def _validate_gpus(values: dict[str, Any], partition: Partition | None, problem: Any) -> None:
     gpu_type = values["gpu_type"] or None
     values["gpu_type"] = gpu_type
     if values["gpus"] is None:
@@ -399,8 +437,7 @@ def _validate_gpus(values: dict[str, Any], partition: Partition | None, cluster:
         return
     per_node = partition.max_gpus_per_node
     if gpu_type is not None:
-        gpu = cluster.gpu_types.filter(name=gpu_type).first()
-        per_node = min(per_node, gpu.max_gpus_per_node) if gpu else per_node
+        per_node = min(per_node, partition.gpus_per_node_by_type.get(gpu_type, per_node))
     if gpus < 1:
         problem("gpus", "Ask for at least 1 GPU.")
     elif gpus > per_node:
@@ -434,16 +471,15 @@ def _duration(minutes: int) -> str:
     return " ".join(part for part in parts if part) or "0 min"
 
 
-def _validate_resources(values: dict[str, Any], partition: Partition | None, cluster: Cluster, problem: Any) -> None:
+def _validate_resources(values: dict[str, Any], partition: Partition | None, problem: Any) -> None:
     if partition is None:
         return
-    nodes = list(cluster.nodes.filter(name__in=partition.node_names).values_list("cpus", "memory_mb"))
-    max_cpus = max((cpus for cpus, _ in nodes), default=0)
-    max_memory_gb = max((memory for _, memory in nodes), default=0) // 1024
+    max_cpus = partition.max_cpus_per_node
+    max_memory_gb = partition.max_memory_mb_per_node // 1024
     cpus, memory_gb = values["cpus"], values["memory_gb"]
     if cpus is not None and (cpus < 1 or (max_cpus and cpus > max_cpus)):
         problem("cpus", f"Ask for between 1 and {max_cpus} CPUs: the nodes of '{partition.name}' have {max_cpus}.")
-    if memory_gb is not None and (memory_gb < 1 or (nodes and memory_gb > max_memory_gb)):
+    if memory_gb is not None and (memory_gb < 1 or (partition.max_memory_mb_per_node and memory_gb > max_memory_gb)):
         problem(
             "memory_gb",
             f"Ask for between 1 and {max_memory_gb} GB of memory: that is what the nodes of '{partition.name}' have.",

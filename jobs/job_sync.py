@@ -7,19 +7,28 @@ first, the worker looks for that tag in slurmctld and in accounting, so a lost r
 redelivered message finds the job instead of submitting it again. A lease on the job row keeps two
 workers from submitting at the same time, and the periodic sync adopts any tagged job whose submission
 was never recorded, and cancels a second Slurm job carrying the same tag should one ever appear.
+
+Workers deliver in batches: a run claims a cluster's due queued jobs in one transaction (SKIP LOCKED, so two
+workers take disjoint jobs, then the lease), submits them over the cluster's one keep-alive client, and
+records every outcome in a second transaction. Each job keeps its own outcome: one refused or retried job
+changes nothing for the others of its batch.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
+import time
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from clusters import accounts
@@ -59,6 +68,26 @@ SLURM_TO_PORTAL_STATE = {
 
 # Delivery ----------------------------------------------------------------------------------------------
 
+# A retry's message is due at the time its job was given (both come from the scheduling worker's clock, so the
+# clocks of other hosts do not matter); Celery's timer may start it a moment early, so a job counts as due this
+# much early. Not more: a message that runs before its job is due does nothing, which keeps one message per job.
+DUE_TOLERANCE = timedelta(milliseconds=250)
+
+# The outcome of a refusal for an account slurmctld did not know, before the account sync that follows it.
+_ACCOUNT_UNKNOWN = "account unknown"
+
+# What the recording of a batch's outcomes writes on a job row.
+_DELIVERY_FIELDS = [
+    "state",
+    "slurm_job_id",
+    "submitted_at",
+    "submit_lease_until",
+    "last_error",
+    "ended_at",
+    "next_attempt_at",
+    "updated_at",
+]
+
 
 @dataclass(frozen=True)
 class Delivery:
@@ -68,57 +97,254 @@ class Delivery:
     retry_in: float | None = None
 
 
+@dataclass
+class DeliveryRun:
+    """What one worker's run did: the delivery of each job it handled, by id, and how many batches it claimed."""
+
+    deliveries: dict[uuid.UUID, Delivery] = field(default_factory=dict)
+    batches: int = 0
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What one job's attempt in a batch came to, before it is recorded: `delivery` names it (as Delivery's
+    outcome); `message` is the rejection's or the retry's words."""
+
+    delivery: str
+    slurm_job_id: int | None = None
+    detail: str = ""
+    message: str = ""
+    retry_in: float | None = None
+
+
+@dataclass
+class _Batch:
+    deliveries: dict[uuid.UUID, Delivery]
+    unreachable: bool  # the cluster did not answer: claiming more of its jobs now would only wait for it too
+
+
 def job_deliver(*, job_id: uuid.UUID) -> Delivery:
-    """Submit a queued job to Slurm, unless an earlier attempt already did; safe to call any number of times."""
-    now = timezone.now()
+    """Submit one queued job to Slurm now, unless an earlier attempt already did; safe to call any number of times.
+
+    Its next attempt need not be due: this delivers the one job by hand (tests, benchmarks, the shell). Workers
+    call `jobs_deliver_queued`, which delivers the same way in batches.
+    """
     with transaction.atomic():
-        # Lock the job row only ("self"): locking the joined project and cluster rows too would deadlock with
-        # a concurrent submission, whose foreign-key checks take a share lock on those rows.
-        jobs = Job.objects.select_for_update(of=("self",), no_key=True).select_related("cluster", "project__tenant")
-        job = jobs.filter(pk=job_id).first()
-        if job is None or job.state != JobState.QUEUED:
-            return Delivery("nothing to do")
-        if job.submit_lease_until is not None and job.submit_lease_until > now:
-            return Delivery("another worker holds it")
+        job, refusal = _lock_own(job_id=job_id, now=timezone.now(), due_only=False)
+        if job is None:
+            return Delivery(refusal)
+        claimed, settled = _claim([job], now=timezone.now())
+    return _batch_deliver(cluster=job.cluster, claimed=claimed, settled=settled).deliveries[job_id]
+
+
+def jobs_deliver_queued(*, job_id: uuid.UUID) -> DeliveryRun:
+    """Deliver this job and, in the same run, the other due queued jobs of its cluster, in batches.
+
+    A job that is no longer queued, that another worker holds, or whose next attempt is not due yet (its retry
+    has a message of its own) costs one query and delivers nothing. Batches are claimed with SKIP LOCKED and
+    leased, so workers draining the same cluster at once take disjoint jobs. The run stops when no due job is
+    left, when the cluster does not answer, or after JOB_DELIVERY_RUN_SECONDS; a job it leaves queued has a
+    message of its own, or the periodic sweep's.
+    """
+    run = DeliveryRun()
+    glance = Job.objects.only(*_GLANCE_FIELDS).filter(pk=job_id).first()
+    refusal = _refusal(glance, now=timezone.now(), due_only=True)
+    if glance is None or refusal:
+        run.deliveries[job_id] = Delivery(refusal)
+        return run
+    size = settings.JOB_DELIVERY_BATCH_SIZE
+    stop_claiming_at = time.monotonic() + settings.JOB_DELIVERY_RUN_SECONDS
+    own_id: uuid.UUID | None = job_id
+    while True:
+        now = timezone.now()
+        with transaction.atomic():
+            batch: list[Job] = []
+            if own_id is not None:
+                # Its own job waits for a lock as a single delivery does: a user's cancel may hold it a moment.
+                own, refusal = _lock_own(job_id=own_id, now=now, due_only=True)
+                if own is None:
+                    run.deliveries[job_id] = Delivery(refusal)
+                    return run
+                batch.append(own)
+            batch += _lock_due(cluster_id=glance.cluster_id, now=now, limit=size - len(batch), exclude=own_id)
+            if not batch:
+                return run
+            claimed, settled = _claim(batch, now=now)
+        own_id = None
+        result = _batch_deliver(cluster=batch[0].cluster, claimed=claimed, settled=settled)
+        run.deliveries.update(result.deliveries)
+        run.batches += 1
+        if result.unreachable or len(batch) < size or time.monotonic() > stop_claiming_at:
+            return run
+
+
+_GLANCE_FIELDS = ("state", "cluster", "submit_lease_until", "next_attempt_at", "cancel_requested_at")
+
+
+def _refusal(job: Job | None, *, now: datetime, due_only: bool) -> str:
+    """Why this job is not to be delivered now; "" when it is."""
+    if job is None or job.state != JobState.QUEUED:
+        return "nothing to do"
+    if job.submit_lease_until is not None and job.submit_lease_until > now:
+        return "another worker holds it"
+    # A cancel request makes a job due at once: the delivery is what cancels a job whose submission is unsure.
+    waiting = job.next_attempt_at is not None and job.next_attempt_at > now + DUE_TOLERANCE
+    if due_only and waiting and job.cancel_requested_at is None:
+        return "not due yet"
+    return ""
+
+
+def _lock_own(*, job_id: uuid.UUID, now: datetime, due_only: bool) -> tuple[Job | None, str]:
+    """The job, locked, when it is to be delivered now; else None and why not."""
+    # Lock the job row only ("self"): locking the joined project and cluster rows too would deadlock with
+    # a concurrent submission, whose foreign-key checks take a share lock on those rows.
+    locked = Job.objects.select_for_update(of=("self",), no_key=True).select_related("cluster", "project__tenant")
+    job = locked.filter(pk=job_id).first()
+    refusal = _refusal(job, now=now, due_only=due_only)
+    return (None, refusal) if refusal else (job, "")
+
+
+def _lock_due(*, cluster_id: int, now: datetime, limit: int, exclude: uuid.UUID | None) -> list[Job]:
+    """Up to `limit` of the cluster's due queued jobs, oldest first, locked; rows another worker has locked
+    (claiming them, or recording their outcome) are skipped, never waited for."""
+    if limit <= 0:
+        return []
+    due = (
+        Job.objects.select_for_update(of=("self",), no_key=True, skip_locked=True)
+        .select_related("cluster", "project__tenant")
+        .filter(cluster_id=cluster_id, state=JobState.QUEUED)
+        .filter(Q(submit_lease_until__isnull=True) | Q(submit_lease_until__lte=now))
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+    )
+    if exclude is not None:
+        due = due.exclude(pk=exclude)
+    return list(due.order_by("created_at", "id")[:limit])
+
+
+def _claim(batch: list[Job], *, now: datetime) -> tuple[list[Job], dict[uuid.UUID, Delivery]]:
+    """In the transaction that locked `batch`: settle what needs no Slurm (cancelled before any attempt, given up
+    on), lease the rest and count their attempt. Returns the leased jobs, and the settled ones' deliveries."""
+    claimed: list[Job] = []
+    settled: dict[uuid.UUID, Delivery] = {}
+    finished: list[Job] = []
+    transitions: list[JobTransition] = []
+    give_up = timedelta(hours=settings.JOB_SUBMIT_GIVE_UP_HOURS)
+    for job in batch:
         if job.cancel_requested_at is not None and job.submit_attempts == 0:
-            _cancel_unsubmitted(job, now=now)
-            return Delivery("cancelled before submission")
-        if now - job.created_at > timedelta(hours=settings.JOB_SUBMIT_GIVE_UP_HOURS):
-            _reject(job, f"Slurm could not be reached for {settings.JOB_SUBMIT_GIVE_UP_HOURS} hours: {job.last_error}")
-            return Delivery("gave up")
-        job.submit_attempts += 1
-        job.submit_lease_until = now + timedelta(seconds=settings.JOB_SUBMIT_LEASE_SECONDS)
-        job.save(update_fields=["submit_attempts", "submit_lease_until"])
-    client = slurm_client_for(job.cluster)
-    try:
-        if job.submit_attempts > 1:
-            found = _find_tagged(client=client, job=job)
-            if found is not None:
-                _record_submitted(job_id=job.id, slurm_job_id=found, detail="found in Slurm after a lost reply")
-                return Delivery("found in Slurm")
-        if job.cancel_requested_at is not None:
-            with transaction.atomic():
-                locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
-                if locked.state == JobState.QUEUED:
-                    _cancel_unsubmitted(locked, now=timezone.now())
-            return Delivery("cancelled before submission")
-        job_directory_prepare(
-            log_root=job.cluster.log_root, working_directory=job.working_directory, username=job.cluster_username
+            transitions.append(_cancel_unsubmitted(job, now=now))
+            settled[job.pk] = Delivery("cancelled before submission")
+            finished.append(job)
+        elif now - job.created_at > give_up:
+            hours = settings.JOB_SUBMIT_GIVE_UP_HOURS
+            transitions.append(_reject(job, f"Slurm could not be reached for {hours} hours: {job.last_error}", now=now))
+            settled[job.pk] = Delivery("gave up")
+            finished.append(job)
+        else:
+            claimed.append(job)
+    if finished:
+        Job.objects.bulk_update(finished, fields=_DELIVERY_FIELDS)
+        JobTransition.objects.bulk_create(transitions)
+    if claimed:
+        lease = now + timedelta(seconds=settings.JOB_SUBMIT_LEASE_SECONDS)
+        Job.objects.filter(pk__in=[job.pk for job in claimed]).update(
+            submit_attempts=F("submit_attempts") + 1, submit_lease_until=lease
         )
-        result = client.submit_job(user=job.cluster_username, submission=_submission(job))
-    except JobDirectoryError as exc:
-        _reject_by_id(job.id, str(exc))
-        return Delivery("rejected")
+        for job in claimed:
+            job.submit_attempts += 1
+            job.submit_lease_until = lease
+    return claimed, settled
+
+
+def _batch_deliver(*, cluster: Cluster, claimed: list[Job], settled: dict[uuid.UUID, Delivery]) -> _Batch:
+    """Deliver the claimed jobs (outside any transaction), then record every outcome in one transaction and push
+    every change, the settled jobs' too, to watchers in one go."""
+    outcomes: dict[uuid.UUID, _Outcome] = {}
+    unreachable: SlurmError | None = None
+    if claimed:
+        client = slurm_client_for(cluster)
+        outcomes, unreachable = _attempt(client=client, jobs=claimed)
+        sync_error = _sync_unknown_accounts_then_retry(jobs=claimed, outcomes=outcomes)
+        unreachable = unreachable or sync_error
+    _record(outcomes=outcomes, claimed=claimed, settled=list(settled))
+    if unreachable is not None:
+        cluster_unreachable_record(cluster_id=cluster.pk, error=str(unreachable))
+    deliveries = dict(settled)
+    deliveries.update({job_id: Delivery(each.delivery, retry_in=each.retry_in) for job_id, each in outcomes.items()})
+    return _Batch(deliveries=deliveries, unreachable=unreachable is not None)
+
+
+def _attempt(*, client: SlurmClient, jobs: list[Job]) -> tuple[dict[uuid.UUID, _Outcome], SlurmError | None]:
+    """Each job's outcome: found by its tag (a job tried before), cancelled, or submitted now; and the error that
+    showed the cluster not answering, if one did."""
+    tried_before = [job for job in jobs if job.submit_attempts > 1]
+    try:
+        found, refused = _find_tagged(client=client, jobs=tried_before)
     except SlurmRetryableError as exc:
-        return _retry_later(job, exc)
-    except SlurmTerminalError as exc:
-        if _is_invalid_account(exc) and job.submit_attempts <= 2:
-            # The member or the project may be newer than the last account sync: sync now, then try again.
-            return _sync_account_then_retry(job, exc)
-        _reject_by_id(job.id, _slurm_words(exc))
-        return Delivery("rejected")
-    _record_submitted(job_id=job.id, slurm_job_id=result.job_id, detail=f"Slurm job {result.job_id}")
-    return Delivery("submitted")
+        # The cluster does not answer: no job of the batch is tried now.
+        return {job.pk: _retry(job, exc, attempted=job.submit_attempts > 1) for job in jobs}, exc
+    outcomes: dict[uuid.UUID, _Outcome] = {}
+    to_submit: list[Job] = []
+    for job in jobs:
+        if job.pk in found:
+            slurm_job_id = found[job.pk]
+            outcomes[job.pk] = _Outcome(
+                "found in Slurm", slurm_job_id=slurm_job_id, detail="found in Slurm after a lost reply"
+            )
+        elif job.pk in refused:
+            outcomes[job.pk] = _refused(job, refused[job.pk])
+        elif job.cancel_requested_at is not None:
+            outcomes[job.pk] = _Outcome("cancelled before submission")
+        else:
+            to_submit.append(job)
+    submitted, unreachable = _submit_all(client=client, jobs=to_submit)
+    outcomes.update(submitted)
+    return outcomes, unreachable
+
+
+def _submit_all(*, client: SlurmClient, jobs: list[Job]) -> tuple[dict[uuid.UUID, _Outcome], SlurmError | None]:
+    """Submit the jobs, up to JOB_DELIVERY_THREADS at once over the cluster's one client. Once one submission
+    finds the cluster not answering, those not started yet are not sent: they wait for a retry with the others."""
+    if not jobs:
+        return {}, None
+    not_answering = threading.Event()
+
+    def submit(job: Job) -> _Outcome | SlurmRetryableError | None:
+        if not_answering.is_set():
+            return None
+        try:
+            job_directory_prepare(
+                log_root=job.cluster.log_root, working_directory=job.working_directory, username=job.cluster_username
+            )
+            result = client.submit_job(user=job.cluster_username, submission=_submission(job))
+        except JobDirectoryError as exc:
+            return _Outcome("rejected", message=str(exc))
+        except SlurmRetryableError as exc:
+            not_answering.set()
+            return exc
+        except SlurmTerminalError as exc:
+            return _refused(job, exc)
+        except Exception as exc:  # a fault of this one job's delivery must not lose the others' outcomes
+            logger.exception("job %s: delivery failed", job.pk)
+            return _retry(job, exc, attempted=True)
+        return _Outcome("submitted", slurm_job_id=result.job_id, detail=f"Slurm job {result.job_id}")
+
+    threads = min(settings.JOB_DELIVERY_THREADS, settings.SLURM_HTTP_MAX_CONNECTIONS, len(jobs))
+    if threads > 1:
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="job-delivery") as pool:
+            results = list(pool.map(submit, jobs))
+    else:
+        results = [submit(job) for job in jobs]
+    unreachable = next((result for result in results if isinstance(result, SlurmRetryableError)), None)
+    outcomes: dict[uuid.UUID, _Outcome] = {}
+    for job, result in zip(jobs, results, strict=True):
+        if isinstance(result, _Outcome):
+            outcomes[job.pk] = result
+        elif isinstance(result, SlurmRetryableError):
+            outcomes[job.pk] = _retry(job, result, attempted=True)
+        else:
+            assert unreachable is not None  # not sent because another submission found the cluster not answering
+            outcomes[job.pk] = _retry(job, unreachable, attempted=False)
+    return outcomes, unreachable
 
 
 def _submission(job: Job) -> JobSubmission:
@@ -140,51 +366,84 @@ def _submission(job: Job) -> JobSubmission:
     )
 
 
-def _find_tagged(*, client: SlurmClient, job: Job) -> int | None:
-    """The Slurm job id carrying this job's tag, in slurmctld or (for a job that already ended) accounting."""
-    tag = job.slurm_comment
+def _find_tagged(
+    *, client: SlurmClient, jobs: list[Job]
+) -> tuple[dict[uuid.UUID, int], dict[uuid.UUID, SlurmTerminalError]]:
+    """The Slurm job ids carrying these jobs' tags, from one listing of slurmctld and, for jobs that already
+    ended there, one accounting query per account; and the jobs whose account accounting refused to search."""
+    found: dict[uuid.UUID, int] = {}
+    refused: dict[uuid.UUID, SlurmTerminalError] = {}
+    if not jobs:
+        return found, refused
+    by_tag = {job.slurm_comment: job.pk for job in jobs}
     listing = client.list_jobs()
     for slurm_job in listing.jobs if listing else ():
-        if slurm_job.comment == tag:
-            return slurm_job.job_id
-    since = job.created_at - timedelta(minutes=1)
-    for record in client.accounting_jobs(account=job.project.slurm_account, start_time=since):
-        if record.comment == tag:
-            return record.job_id
-    return None
+        if slurm_job.comment in by_tag:
+            found.setdefault(by_tag[slurm_job.comment], slurm_job.job_id)
+    missing: dict[str, list[Job]] = {}
+    for job in jobs:
+        if job.pk not in found:
+            missing.setdefault(job.project.slurm_account, []).append(job)
+    for account, in_account in missing.items():
+        since = min(job.created_at for job in in_account) - timedelta(minutes=1)
+        try:
+            records = client.accounting_jobs(account=account, start_time=since)
+        except SlurmTerminalError as exc:
+            refused.update((job.pk, exc) for job in in_account)
+            continue
+        for record in records:
+            if record.comment in by_tag:
+                found.setdefault(by_tag[record.comment], record.job_id)
+    return found, refused
 
 
-def _retry_later(job: Job, exc: SlurmError) -> Delivery:
-    # 5 s, 10 s, 20 s ... up to the cap, jittered so a returning cluster is not hit by every job at once.
+def _retry(job: Job, exc: Exception, *, attempted: bool) -> _Outcome:
+    """Try the job again later: 5 s, 10 s, 20 s ... up to the cap, jittered so that a returning cluster is not
+    hit by every job at once. `attempted`: this job's own request failed (else others showed the cluster down)."""
     delay = min(5 * 2 ** max(job.submit_attempts - 1, 0), settings.JOB_SUBMIT_RETRY_MAX_SECONDS)
     delay = delay * random.uniform(0.8, 1.2)  # noqa: S311 -- jitter, not security
-    ambiguous = isinstance(exc, SlurmTimeout)
-    message = f"Slurm is not answering (attempt {job.submit_attempts}): {exc}; the portal will try again"
-    if ambiguous:
-        message += " and check first whether the earlier attempt arrived"
-    Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(
-        last_error=message + ".",
-        submit_lease_until=None,
-        next_attempt_at=timezone.now() + timedelta(seconds=delay),
-        updated_at=timezone.now(),
-    )
-    if exc.retryable:
-        cluster_unreachable_record(cluster_id=job.cluster_id, error=str(exc))
-    jobs_push([job.pk])
-    return Delivery("retry", retry_in=delay)
+    if isinstance(exc, SlurmError):
+        message = f"Slurm is not answering (attempt {job.submit_attempts}): {exc}; the portal will try again"
+        if attempted and isinstance(exc, SlurmTimeout):
+            message += " and check first whether the earlier attempt arrived"
+    else:
+        message = (
+            f"The delivery failed (attempt {job.submit_attempts}): {exc!r}; the portal will try again and check "
+            "first whether the earlier attempt arrived"
+        )
+    return _Outcome("retry", message=message + ".", retry_in=delay)
 
 
-def _sync_account_then_retry(job: Job, exc: SlurmError) -> Delivery:
-    try:
-        accounts.project_slurm_sync(project_id=job.project_id)
-    except SlurmError as sync_error:
-        return _retry_later(job, sync_error)
-    Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(
-        last_error=f"Slurm did not know the project's account yet ({_slurm_words(exc)}); synced it, retrying.",
-        submit_lease_until=None,
-        next_attempt_at=timezone.now(),
-    )
-    return Delivery("retry after account sync", retry_in=0)
+def _refused(job: Job, exc: SlurmTerminalError) -> _Outcome:
+    if _is_invalid_account(exc) and job.submit_attempts <= 2:
+        # The member or the project may be newer than the last account sync: sync now, then try again.
+        return _Outcome(_ACCOUNT_UNKNOWN, message=_slurm_words(exc))
+    return _Outcome("rejected", message=_slurm_words(exc))
+
+
+def _sync_unknown_accounts_then_retry(*, jobs: list[Job], outcomes: dict[uuid.UUID, _Outcome]) -> SlurmError | None:
+    """Sync the account of each project whose jobs Slurm refused for an unknown account, once per project, and
+    have those jobs tried again at once; returns a retryable error of a sync, if one failed so."""
+    unknown = [job for job in jobs if outcomes[job.pk].delivery == _ACCOUNT_UNKNOWN]
+    sync_errors: dict[int, SlurmError | None] = {}
+    for project_id in {job.project_id for job in unknown}:
+        try:
+            accounts.project_slurm_sync(project_id=project_id)
+            sync_errors[project_id] = None
+        except SlurmError as exc:
+            sync_errors[project_id] = exc
+    for job in unknown:
+        sync_error = sync_errors[job.project_id]
+        if sync_error is not None:
+            outcomes[job.pk] = _retry(job, sync_error, attempted=True)
+            continue
+        words = outcomes[job.pk].message
+        outcomes[job.pk] = _Outcome(
+            "retry after account sync",
+            message=f"Slurm did not know the project's account yet ({words}); synced it, retrying.",
+            retry_in=0,
+        )
+    return next((error for error in sync_errors.values() if error is not None and error.retryable), None)
 
 
 def _is_invalid_account(exc: SlurmError) -> bool:
@@ -196,55 +455,82 @@ def _slurm_words(exc: SlurmError) -> str:
     return words or str(exc)
 
 
-def _record_submitted(*, job_id: uuid.UUID, slurm_job_id: int, detail: str) -> None:
+def _record(*, outcomes: dict[uuid.UUID, _Outcome], claimed: list[Job], settled: list[uuid.UUID]) -> None:
+    """Record the batch's outcomes on the jobs' rows in one transaction, then push the changed and settled jobs."""
     now = timezone.now()
+    attempts = {job.pk: job.submit_attempts for job in claimed}
+    changed: list[Job] = []
+    transitions: list[JobTransition] = []
     with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job_id)
+        if outcomes:
+            # In the model's ordering, as the job sync locks its jobs: two transactions that lock some of the
+            # same jobs take them in the same order, so neither waits for the other while holding what it needs.
+            locked = Job.objects.select_for_update(of=("self",), no_key=True).filter(pk__in=list(outcomes))
+            for job in locked:
+                # The lease ran out and another worker took the job over: it records its own outcome.
+                taken_over = job.submit_attempts != attempts[job.pk]
+                if _record_one(job, outcomes[job.pk], taken_over=taken_over, now=now, transitions=transitions):
+                    changed.append(job)
+            Job.objects.bulk_update(changed, fields=_DELIVERY_FIELDS)
+            JobTransition.objects.bulk_create(transitions)
+        pushed = [*settled, *(job.pk for job in changed)]
+        if pushed:
+            transaction.on_commit(lambda: jobs_push(pushed))
+
+
+def _record_one(
+    job: Job, outcome: _Outcome, *, taken_over: bool, now: datetime, transitions: list[JobTransition]
+) -> bool:
+    """Apply one outcome to its locked row; whether the row changed."""
+    if outcome.slurm_job_id is not None:  # in Slurm: recorded whoever holds the job now
         if job.slurm_job_id is not None:
-            if job.slurm_job_id != slurm_job_id:  # the sync adopted another copy first; keep one
-                logger.error("job %s: Slurm jobs %s and %s carry its tag", job.pk, job.slurm_job_id, slurm_job_id)
-            return
-        job.slurm_job_id = slurm_job_id
+            if job.slurm_job_id != outcome.slurm_job_id:  # the sync adopted another copy first; keep one
+                logger.error(
+                    "job %s: Slurm jobs %s and %s carry its tag", job.pk, job.slurm_job_id, outcome.slurm_job_id
+                )
+            return False
+        job.slurm_job_id = outcome.slurm_job_id
         job.submitted_at = now
         job.submit_lease_until = None
         job.last_error = ""
         job.updated_at = now
-        fields = ["slurm_job_id", "submitted_at", "submit_lease_until", "last_error", "updated_at"]
         if job.state == JobState.QUEUED:
-            job_transition(job=job, to_state=JobState.PENDING, detail=detail, at=now).save()
-            fields.append("state")
-        job.save(update_fields=fields)
+            transitions.append(job_transition(job=job, to_state=JobState.PENDING, detail=outcome.detail, at=now))
         if job.cancel_requested_at is not None:
-            task_enqueue_on_commit("jobs.tasks.job_cancel", str(job_id), fallback="the next job sync cancels it")
-        transaction.on_commit(lambda: jobs_push([job_id]))
+            task_enqueue_on_commit("jobs.tasks.job_cancel", str(job.pk), fallback="the next job sync cancels it")
+        return True
+    if job.state != JobState.QUEUED or job.slurm_job_id is not None or taken_over:
+        return False  # adopted by the sync, cancelled by a user, or another worker's now
+    if outcome.delivery == "rejected":
+        transitions.append(_reject(job, outcome.message, now=now))
+    elif outcome.delivery == "cancelled before submission":
+        transitions.append(_cancel_unsubmitted(job, now=now))
+    else:
+        job.last_error = outcome.message
+        job.submit_lease_until = None
+        job.next_attempt_at = now + timedelta(seconds=outcome.retry_in or 0)
+        job.updated_at = now
+    return True
 
 
-def _cancel_unsubmitted(job: Job, *, now: datetime) -> None:
+def _cancel_unsubmitted(job: Job, *, now: datetime) -> JobTransition:
+    """Cancel the job in memory (the caller saves it); its transition, to be saved with it."""
     requester = job.cancel_requested_by.username if job.cancel_requested_by else "a user"
-    job_transition(job=job, to_state=JobState.CANCELLED, detail=cancelled_before_slurm(requester), at=now).save()
+    transition = job_transition(job=job, to_state=JobState.CANCELLED, detail=cancelled_before_slurm(requester), at=now)
     job.ended_at = now
     job.submit_lease_until = None
     job.updated_at = now
-    job.save(update_fields=["state", "ended_at", "submit_lease_until", "updated_at"])
-    transaction.on_commit(lambda: jobs_push([job.pk]))
+    return transition
 
 
-def _reject(job: Job, message: str) -> None:
-    now = timezone.now()
-    job_transition(job=job, to_state=JobState.REJECTED, detail=message[:500], at=now).save()
+def _reject(job: Job, message: str, *, now: datetime) -> JobTransition:
+    """Reject the job in memory (the caller saves it); its transition, to be saved with it."""
+    transition = job_transition(job=job, to_state=JobState.REJECTED, detail=message[:500], at=now)
     job.last_error = message
     job.ended_at = now
     job.submit_lease_until = None
     job.updated_at = now
-    job.save(update_fields=["state", "last_error", "ended_at", "submit_lease_until", "updated_at"])
-    transaction.on_commit(lambda: jobs_push([job.pk]))
-
-
-def _reject_by_id(job_id: uuid.UUID, message: str) -> None:
-    with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job_id)
-        if job.state == JobState.QUEUED and job.slurm_job_id is None:
-            _reject(job, message)
+    return transition
 
 
 def jobs_requeue_overdue(*, cluster: Cluster) -> list[uuid.UUID]:

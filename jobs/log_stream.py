@@ -35,17 +35,18 @@ import logging
 import os
 import stat
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
 from jobs.job_services import job_group
+from jobs.log_readers import log_file_followed
 from jobs.models import FINAL_JOB_STATES, Job
 from jobs.selectors import job_get_for_user
 from tenants.services import user_access_group
@@ -55,6 +56,7 @@ logger = logging.getLogger(__name__)
 LogStream = Literal["stdout", "stderr"]
 LOG_STREAMS: tuple[LogStream, ...] = ("stdout", "stderr")
 CHUNK_BYTES = 64 * 1024
+T = TypeVar("T")
 
 # The tailer: no Django below this line until `job_log_path` ---------------------------------------------
 
@@ -136,8 +138,8 @@ class LogTailer:
     """Follows one file from a byte offset, in chunks of at most `chunk_bytes`.
 
     `poll()` reports one thing at a time: the next chunk, a truncation, the file going missing, or None
-    when there is nothing new. It holds no file open between polls (many viewers cost a `lstat` each per
-    poll) and buffers nothing: an incomplete UTF-8 character at the end is simply not consumed yet, so
+    when there is nothing new. It holds no file open between polls (a viewer polls when the file's shared
+    reader says it changed) and buffers nothing: an incomplete UTF-8 character at the end is simply not consumed yet, so
     `offset` is always where the next chunk starts and a new tailer at that offset continues exactly.
     """
 
@@ -227,10 +229,9 @@ CHUNKS_PER_PASS = 4
 # Pushes on the job's group say when its state changes; the database is asked again at this interval
 # in case a push was lost (and so that a viewer who lost access stops getting the log).
 STATE_RECHECK_SECONDS = 10.0
-MIN_POLL_SECONDS = 0.05
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Target:
     state: str
     paths: dict[LogStream, str]  # the streams to follow
@@ -239,24 +240,61 @@ class _Target:
 
 def _authorise(user: Any, job_id: uuid.UUID) -> _Target:
     job = job_get_for_user(user=user, job_id=job_id)
-    target = _Target(state=job.state, paths={}, unreadable={})
+    paths: dict[LogStream, str] = {}
+    unreadable: dict[LogStream, str] = {}
     for stream in LOG_STREAMS:
         try:
             path = job_log_path(job=job, stream=stream)
         except LogFileRefused as exc:
-            target.unreadable[stream] = str(exc)
+            unreadable[stream] = str(exc)
             continue
         if path is None:
-            target.unreadable[stream] = (
+            unreadable[stream] = (
                 f"The portal does not know where this job writes its {stream}: it was submitted outside the portal."
             )
         else:
-            target.paths[stream] = path
-    return target
+            paths[stream] = path
+    return _Target(state=job.state, paths=paths, unreadable=unreadable)
 
 
 def _current_state(user: Any, job_id: uuid.UUID) -> str:
     return job_get_for_user(user=user, job_id=job_id).state
+
+
+class _SharedCheck:
+    """One run of an access check in the database thread, which the viewers who ask before it starts share."""
+
+    def __init__(self, check: Callable[[Any, uuid.UUID], Any], user: Any, job_id: uuid.UUID) -> None:
+        self.started = False
+        self.result = asyncio.ensure_future(database_sync_to_async(self._run)(check, user, job_id))
+
+    def _run(self, check: Callable[[Any, uuid.UUID], Any], user: Any, job_id: uuid.UUID) -> Any:
+        self.started = True
+        return check(user, job_id)
+
+
+_checks_waiting: dict[tuple[Callable[..., Any], int, uuid.UUID], _SharedCheck] = {}
+
+
+def _check_forget(key: tuple[Callable[..., Any], int, uuid.UUID], done: _SharedCheck) -> None:
+    if _checks_waiting.get(key) is done:
+        del _checks_waiting[key]
+
+
+async def _checked(check: Callable[[Any, uuid.UUID], T], user: Any, job_id: uuid.UUID) -> T:
+    """`check(user, job_id)` in the database thread, run once for all of a user's sockets of a job that ask together.
+
+    Connecting 100 viewers would otherwise queue 100 identical checks in the one database thread. A caller
+    joins only a check that has not begun reading the database yet: its answer is then as fresh as one of
+    the caller's own, and the caller, subscribed to its access group before asking, hears of any later change.
+    """
+    key = (check, user.pk, job_id)
+    waiting = _checks_waiting.get(key)
+    if waiting is None or waiting.started or waiting.result.get_loop() is not asyncio.get_running_loop():
+        waiting = _checks_waiting[key] = _SharedCheck(check, user, job_id)
+        waiting.result.add_done_callback(lambda _: _check_forget(key, waiting))
+    result: T = await asyncio.shield(waiting.result)
+    return result
 
 
 def _resume_offsets(query_string: bytes) -> dict[LogStream, int]:
@@ -274,15 +312,17 @@ def _resume_offsets(query_string: bytes) -> dict[LogStream, int]:
 class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     """`/ws/jobs/{id}/log/`: the job's stdout and stderr as they are written (protocol: this module's docstring).
 
-    The files are polled every `JOB_LOG_POLL_SECONDS`; the job's state comes from its channel group, with
-    a database check every `STATE_RECHECK_SECONDS`, so a viewer costs a `lstat` per stream per poll and
-    almost no queries.
+    Each file has one reader per process (`jobs.log_readers`), which wakes the file's viewers when it
+    changes; each viewer then reads from its own offsets. The job's state comes from its channel group, with
+    a database check every `STATE_RECHECK_SECONDS`, so a viewer costs almost no queries.
     """
 
     job_id: uuid.UUID | None = None
     access_group: str = ""
     follower: asyncio.Task[None] | None = None
-    state_changed: asyncio.Event
+    # Set when a file may have changed or a push says the job did; `state_stale` tells which.
+    wake: asyncio.Event
+    state_stale: bool = False
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -290,8 +330,15 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.close(code=4401)
             return
         job_id = self.scope["url_route"]["kwargs"]["job_id"]
+        self.job_id, self.access_group = job_id, user_access_group(user.pk)
+        self.wake = asyncio.Event()
+        # Subscribed before the access check, which also reads the job's state: no change can slip in between.
+        await asyncio.gather(
+            self.channel_layer.group_add(job_group(job_id), self.channel_name),
+            self.channel_layer.group_add(self.access_group, self.channel_name),
+        )
         try:
-            target: _Target = await database_sync_to_async(_authorise)(user, job_id)
+            target = await _checked(_authorise, user, job_id)
         except Http404:
             await self.close(code=4404)
             return
@@ -303,15 +350,8 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         except ValueError:
             await self.close(code=4400)
             return
-        self.job_id = job_id
-        # Subscribed before the first state check (the event starts set): no change can slip in between.
-        self.state_changed = asyncio.Event()
-        self.state_changed.set()
-        await self.channel_layer.group_add(job_group(job_id), self.channel_name)
-        self.access_group = user_access_group(user.pk)
-        await self.channel_layer.group_add(self.access_group, self.channel_name)
         await self.accept()
-        self.follower = asyncio.create_task(self._follow(user, target, offsets))
+        self.follower = asyncio.create_task(self._follow(user, job_id, target, offsets))
 
     async def disconnect(self, code: int) -> None:
         if self.follower is not None:
@@ -319,18 +359,22 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             with contextlib.suppress(asyncio.CancelledError):
                 await self.follower
         if self.job_id is not None:
-            await self.channel_layer.group_discard(job_group(self.job_id), self.channel_name)
-        if self.access_group:
-            await self.channel_layer.group_discard(self.access_group, self.channel_name)
+            await asyncio.gather(
+                self.channel_layer.group_discard(job_group(self.job_id), self.channel_name),
+                self.channel_layer.group_discard(self.access_group, self.channel_name),
+            )
 
     async def job_update(self, event: dict[str, Any]) -> None:
         # Only a hint to look again: pushes may arrive out of order, the database says what is current.
-        self.state_changed.set()
+        self.state_stale = True
+        self.wake.set()
 
     async def access_changed(self, event: dict[str, Any]) -> None:
         """The viewer's memberships changed: stop streaming at once unless they may still see the job."""
+        if self.job_id is None:
+            return  # not subscribed to anything yet
         try:
-            await database_sync_to_async(_current_state)(self.scope["user"], self.job_id)
+            await _checked(_current_state, self.scope["user"], self.job_id)
         except (Http404, PermissionDenied) as exc:
             if self.follower is not None:
                 self.follower.cancel()
@@ -341,27 +385,32 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """Clients have nothing to say; resuming is done with the query string."""
 
-    async def _follow(self, user: Any, target: _Target, offsets: dict[LogStream, int]) -> None:
+    async def _follow(self, user: Any, job_id: uuid.UUID, target: _Target, offsets: dict[LogStream, int]) -> None:
         try:
-            await self._stream(user, target, offsets)
+            with contextlib.ExitStack() as readers:
+                for path in target.paths.values():
+                    readers.enter_context(log_file_followed(path, wake=self.wake))
+                await self._stream(user, job_id, target, offsets)
         except asyncio.CancelledError:
             raise
         except Exception:
             logger.exception("streaming the log of job %s failed", self.job_id)
             await self.close(code=1011)
 
-    async def _stream(self, user: Any, target: _Target, offsets: dict[LogStream, int]) -> None:
-        poll_seconds = max(MIN_POLL_SECONDS, float(settings.JOB_LOG_POLL_SECONDS))
+    async def _stream(self, user: Any, job_id: uuid.UUID, target: _Target, offsets: dict[LogStream, int]) -> None:
         tailers = {stream: LogTailer(path, offset=offsets[stream]) for stream, path in target.paths.items()}
         for stream, reason in target.unreadable.items():
             await self.send_json({"type": "log.error", "stream": stream, "message": reason})
         loop = asyncio.get_running_loop()
-        job_id, state, recheck_at = self.job_id, target.state, 0.0
+        state = target.state
+        recheck_at = loop.time() + STATE_RECHECK_SECONDS
         while True:
-            if state not in FINAL_JOB_STATES and (self.state_changed.is_set() or loop.time() >= recheck_at):
-                self.state_changed.clear()
+            # Cleared before looking: a change while this pass reads sets it again, and is read next pass.
+            self.wake.clear()
+            if state not in FINAL_JOB_STATES and (self.state_stale or loop.time() >= recheck_at):
+                self.state_stale = False
                 try:
-                    state = await database_sync_to_async(_current_state)(user, job_id)
+                    state = await _checked(_current_state, user, job_id)
                 except Http404:
                     await self.close(code=4404)
                     return
@@ -390,7 +439,7 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 return
             if not busy:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.state_changed.wait(), timeout=poll_seconds)
+                    await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, recheck_at - loop.time()))
 
 
 def _read_pass(tailers: dict[LogStream, LogTailer], *, state: str, final: bool) -> tuple[list[dict[str, Any]], bool]:

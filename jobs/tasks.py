@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 
 
 # A database error (a deadlock, a failover) is retried soon: delivery is idempotent, and the sweep would
-# otherwise pick the job up only after JOB_SUBMIT_SWEEP_GRACE_SECONDS.
+# otherwise pick the job up only after JOB_SUBMIT_SWEEP_GRACE_SECONDS. A run stops claiming batches after
+# JOB_DELIVERY_RUN_SECONDS, well inside the time limits.
 @shared_task(
     ignore_result=True,
     soft_time_limit=60,
@@ -34,10 +35,13 @@ logger = logging.getLogger(__name__)
     max_retries=5,
 )
 def job_submit(job_id: str) -> None:
-    """Deliver a queued job to Slurm exactly once; retryable failures schedule the next attempt here."""
-    delivery = job_sync.job_deliver(job_id=uuid.UUID(job_id))
-    if delivery.retry_in is not None:
-        job_submit.apply_async((job_id,), countdown=delivery.retry_in)
+    """Deliver a queued job to Slurm exactly once, and in the same run the other due queued jobs of its cluster,
+    in batches; each job that must wait for a retry gets its message here. A message whose job another run
+    already delivered does nothing."""
+    run = job_sync.jobs_deliver_queued(job_id=uuid.UUID(job_id))
+    for retried_id, delivery in run.deliveries.items():
+        if delivery.retry_in is not None:
+            job_submit.apply_async((str(retried_id),), countdown=delivery.retry_in)
 
 
 @shared_task(

@@ -240,8 +240,19 @@ JOB_SUBMIT_SWEEP_GRACE_SECONDS = env_int("JOB_SUBMIT_SWEEP_GRACE_SECONDS", 30)
 # Retries back off from 5 s to this cap; after JOB_SUBMIT_GIVE_UP_HOURS in the queue a job is rejected.
 JOB_SUBMIT_RETRY_MAX_SECONDS = env_int("JOB_SUBMIT_RETRY_MAX_SECONDS", 300)
 JOB_SUBMIT_GIVE_UP_HOURS = env_int("JOB_SUBMIT_GIVE_UP_HOURS", 24)
-# How often a live log viewer looks for new output (seconds; each viewer lstats both files per poll).
-JOB_LOG_POLL_SECONDS = float(env_str("JOB_LOG_POLL_SECONDS", "0.5"))
+# A worker delivers a cluster's due queued jobs in batches of this many (claimed in one transaction, recorded in
+# another), submitting up to JOB_DELIVERY_THREADS of a batch at once over the cluster's one keep-alive client
+# (at most SLURM_HTTP_MAX_CONNECTIONS); it stops claiming batches after JOB_DELIVERY_RUN_SECONDS, so a run ends
+# well inside its task's time limit and within the lease of the batch it is on.
+JOB_DELIVERY_BATCH_SIZE = env_int("JOB_DELIVERY_BATCH_SIZE", 50)
+JOB_DELIVERY_THREADS = env_int("JOB_DELIVERY_THREADS", 4)
+JOB_DELIVERY_RUN_SECONDS = env_int("JOB_DELIVERY_RUN_SECONDS", 20)
+# Live logs: one reader per file per process wakes the file's viewers when inotify reports a change in its
+# directory. It also looks at the file every JOB_LOG_POLL_SECONDS (one lstat per file, whatever the number of
+# viewers): the fallback for a missed event and for filesystems that report no changes made on other hosts
+# (NFS written by compute nodes). JOB_LOG_FORCE_POLLING turns inotify off: then lower the poll, e.g. to 0.2.
+JOB_LOG_POLL_SECONDS = float(env_str("JOB_LOG_POLL_SECONDS", "1.0"))
+JOB_LOG_FORCE_POLLING = env_bool("JOB_LOG_FORCE_POLLING", False)
 
 # Quotas: usage thresholds (percent of granted, counting reservations) that alert managers and tenant admins
 # once per allocation. (QUOTA_LIMIT_SYNC_INTERVAL_SECONDS, 60: how often workers bring Slurm's GPU-minute

@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q, Sum
 from django.db.models.functions import Coalesce
 
@@ -237,6 +237,10 @@ def quota_reserve(*, job: Job, gpu_type: str | None, now: datetime) -> Reservati
     needed = job_gpu_seconds_needed(job)
     if needed == 0:
         return None
+    allocation = _reserve_if_it_fits(job=job, gpu_type=gpu_type, needed=needed, now=now)
+    if allocation is not None:
+        return Reservation(allocation=allocation, gpu_seconds=needed)
+    # Refused, or an allocation changed meanwhile: decide again under the row lock, and say exactly why.
     project = job.project
     cluster = job.cluster
     candidates = allocations_current(project_id=project.pk, cluster_id=cluster.pk, now=now)
@@ -251,6 +255,60 @@ def quota_reserve(*, job: Job, gpu_type: str | None, now: datetime) -> Reservati
         raise QuotaExceeded(_exceeded_message(job=job, allocation=allocation, needed=needed))
     _reserve(allocation=allocation, job=job, gpu_seconds=needed, note="accepted")
     return Reservation(allocation=allocation, gpu_seconds=needed)
+
+
+# The common case of every submission in one statement: choose the allocation as `allocation_for` does (the
+# job's own GPU type before any type), take the GPU-seconds only if they are left, and write the ledger row.
+# The UPDATE's row lock serialises reservers; under it PostgreSQL re-checks the balance on the newest row.
+_RESERVE_SQL = """
+WITH chosen AS (
+    SELECT id FROM {allocation}
+    WHERE project_id = %(project)s AND cluster_id = %(cluster)s AND starts_on <= %(today)s AND ends_on >= %(today)s
+        AND gpu_type IN (%(gpu_type)s, '')
+    ORDER BY gpu_type = ''
+    LIMIT 1
+), held AS (
+    UPDATE {allocation} AS allocation SET reserved_gpu_seconds = allocation.reserved_gpu_seconds + %(needed)s
+    FROM chosen
+    WHERE allocation.id = chosen.id
+        AND allocation.granted_gpu_seconds - allocation.charged_gpu_seconds - allocation.reserved_gpu_seconds
+            >= %(needed)s
+    RETURNING allocation.*
+), entry AS (
+    INSERT INTO {ledger} (allocation_id, project_id, cluster_id, kind, gpu_seconds, job_id, note, created_at)
+    SELECT id, project_id, cluster_id, %(kind)s, %(needed)s, %(job)s, 'accepted', %(now)s FROM held
+)
+SELECT * FROM held
+"""
+
+
+def _reserve_if_it_fits(*, job: Job, gpu_type: str | None, needed: int, now: datetime) -> Allocation | None:
+    """The allocation, its balances after the reservation, when the job's allocation has room; else None."""
+    sql = _RESERVE_SQL.format(allocation=Allocation._meta.db_table, ledger=LedgerEntry._meta.db_table)
+    parameters: dict[str, Any] = {
+        "project": job.project_id,
+        "cluster": job.cluster_id,
+        "today": now.date(),
+        "gpu_type": gpu_type or "",
+        "needed": needed,
+        "kind": LedgerKind.RESERVE.value,
+        "job": job.pk,
+        "now": now,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, parameters)
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        columns = [column.name for column in cursor.description]
+    allocation = Allocation(**dict(zip(columns, row, strict=True)))
+    allocation._state.adding, allocation._state.db = False, connection.alias  # as if read with the ORM
+    used_after = allocation.charged_gpu_seconds + allocation.reserved_gpu_seconds
+    if crosses_alert_threshold(
+        granted=allocation.granted_gpu_seconds, used_before=used_after - needed, used_after=used_after
+    ):
+        _schedule_alerts(allocation.pk)
+    return allocation
 
 
 def _no_allocation_message(*, project: Project, cluster: Cluster, gpu_type: str | None, found: list[Allocation]) -> str:

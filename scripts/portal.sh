@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Starts and stops the portal's own processes: the ASGI server (uvicorn), a Celery worker and Celery beat.
+# Starts and stops the portal's own processes: nginx in front, gunicorn (WSGI: pages and the REST API), uvicorn
+# (ASGI: WebSockets and log downloads), a Celery worker and Celery beat. Why this split: README, "Processes".
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -9,15 +10,31 @@ LOG_DIR="$ROOT/var/log"
 VENV="$ROOT/.venv/bin"
 HOST="${PORTAL_HOST:-127.0.0.1}"
 PORT="${PORTAL_PORT:-8000}"
-mkdir -p "$RUN_DIR" "$LOG_DIR" var/static
+CORES=$(nproc)
+# gunicorn: PORTAL_WEB_WORKERS processes of PORTAL_WEB_THREADS threads each (1: sync workers); each thread keeps
+# one PostgreSQL connection open (DATABASE_CONN_MAX_AGE below). uvicorn: PORTAL_ASGI_WORKERS processes.
+WEB_WORKERS="${PORTAL_WEB_WORKERS:-$CORES}"
+WEB_THREADS="${PORTAL_WEB_THREADS:-4}"
+ASGI_WORKERS="${PORTAL_ASGI_WORKERS:-1}"
+WSGI_CONN_MAX_AGE="${DATABASE_CONN_MAX_AGE:-60}"
+WSGI_SOCKET="$RUN_DIR/wsgi.sock"
+ASGI_SOCKET="$RUN_DIR/asgi.sock"
+NGINX_CONF="$RUN_DIR/nginx/nginx.conf"
+mkdir -p "$RUN_DIR/nginx" "$LOG_DIR" var/static
 
-# name -> command line; each runs in the background with its pid in var/run/<name>.pid.
+if ((WEB_THREADS > 1)); then WORKER_CLASS="--worker-class=gthread --threads=$WEB_THREADS"; else WORKER_CLASS=""; fi
+
+# name -> command line; each runs in the background with its pid in var/run/<name>.pid. Behind nginx the rate
+# limits read the client's address from X-Forwarded-For (PORTAL_NUM_PROXIES=1). Under uvicorn a database
+# connection kept for reuse outlives its request's thread (portal/env.py), so only gunicorn keeps them.
 declare -A COMMANDS=(
-  [web]="$VENV/uvicorn portal.asgi:application --host $HOST --port $PORT --workers ${PORTAL_WEB_WORKERS:-2} --no-access-log"
+  [nginx]="/usr/sbin/nginx -c $NGINX_CONF -e $LOG_DIR/nginx.log"
+  [wsgi]="env PORTAL_NUM_PROXIES=1 DATABASE_CONN_MAX_AGE=$WSGI_CONN_MAX_AGE $VENV/gunicorn portal.wsgi:application --bind unix:$WSGI_SOCKET --workers $WEB_WORKERS $WORKER_CLASS --timeout 60"
+  [asgi]="env PORTAL_NUM_PROXIES=1 DATABASE_CONN_MAX_AGE=0 $VENV/uvicorn portal.asgi:application --uds $ASGI_SOCKET --workers $ASGI_WORKERS --no-access-log"
   [worker]="$VENV/celery -A portal worker --loglevel=INFO --concurrency=${CELERY_CONCURRENCY:-2} --hostname=portal@%h"
   [beat]="$VENV/celery -A portal beat --loglevel=INFO --schedule=$ROOT/var/run/celerybeat-schedule"
 )
-ORDER=(worker beat web)
+ORDER=(worker beat asgi wsgi nginx)
 
 is_running() {
   local pidfile="$RUN_DIR/$1.pid"
@@ -30,6 +47,11 @@ start_one() {
     echo "  $name already running (pid $(cat "$RUN_DIR/$name.pid"))"
     return
   fi
+  # A server that was killed leaves its socket behind, and uvicorn will not bind over it.
+  case $name in
+    asgi) rm -f "$ASGI_SOCKET" ;;
+    wsgi) rm -f "$WSGI_SOCKET" ;;
+  esac
   # setsid: the process outlives this script and `make`, and stops as a group.
   setsid ${COMMANDS[$name]} >>"$LOG_DIR/$name.log" 2>&1 < /dev/null &
   echo $! > "$RUN_DIR/$name.pid"
@@ -54,16 +76,52 @@ stop_one() {
   echo "  $name stopped"
 }
 
+# nginx from Debian (scripts/services.sh installs it when missing); its configuration is
+# deploy/nginx.conf.template filled in for this checkout. nginx's workers run as the user running this script, as
+# the portal's other processes do: they reach the sockets and static files wherever the checkout lives.
+nginx_prepare() {
+  [[ -x /usr/sbin/nginx ]] || bash scripts/services.sh nginx
+  local user
+  user=$(id -un)
+  sed -e "s|@@LISTEN@@|$HOST:$PORT|" \
+    -e "s|@@WSGI_UPSTREAM@@|unix:$WSGI_SOCKET|" \
+    -e "s|@@ASGI_UPSTREAM@@|unix:$ASGI_SOCKET|" \
+    -e "s|@@STATIC_ROOT@@|$ROOT/var/static|" \
+    -e "s|@@STATE_DIR@@|$RUN_DIR/nginx|g" \
+    -e "s|@@ACCESS_LOG@@|$LOG_DIR/nginx-access.log|" \
+    -e "s|@@ERROR_LOG@@|$LOG_DIR/nginx.log|" \
+    -e "s|@@WORKER_PROCESSES@@|1|" \
+    -e "s|@@USER@@|$user|" \
+    deploy/nginx.conf.template > "$NGINX_CONF"
+  if grep -q '@@[A-Z_]*@@' "$NGINX_CONF"; then
+    echo "deploy/nginx.conf.template has placeholders this script does not fill in:" >&2
+    grep -o '@@[A-Z_]*@@' "$NGINX_CONF" | sort -u >&2
+    return 1
+  fi
+  /usr/sbin/nginx -t -q -c "$NGINX_CONF" -e "$LOG_DIR/nginx.log"
+  # nginx serves /static/ from the collected files.
+  "$VENV/python" manage.py collectstatic --noinput -v0
+}
+
+# Each server at its own address: nginx's answer alone would not show that uvicorn behind it is up.
 wait_for_web() {
-  for _ in $(seq 1 60); do
-    if curl -s -o /dev/null "http://$HOST:$PORT/healthz"; then
-      return 0
-    fi
-    sleep 0.5
+  local name url socket
+  for name in asgi wsgi nginx; do
+    case $name in
+      asgi) socket=$ASGI_SOCKET url=http://localhost/healthz ;;
+      wsgi) socket=$WSGI_SOCKET url=http://localhost/healthz ;;
+      nginx) socket="" url="http://$HOST:$PORT/healthz" ;;
+    esac
+    for _ in $(seq 1 60); do
+      if curl -s -o /dev/null ${socket:+--unix-socket "$socket"} "$url"; then
+        continue 2
+      fi
+      sleep 0.5
+    done
+    echo "$name did not answer at ${socket:-$url} within 30 s; last lines of var/log/$name.log:" >&2
+    tail -n 20 "$LOG_DIR/$name.log" >&2
+    return 1
   done
-  echo "The ASGI server did not answer on http://$HOST:$PORT within 30 s; last lines of var/log/web.log:" >&2
-  tail -n 20 "$LOG_DIR/web.log" >&2
-  return 1
 }
 
 # /healthz answers 200 only when the database, Redis and every registered cluster are ok (as the workers last
@@ -105,13 +163,16 @@ case "${1:-}" in
     wait_healthy
     ;;
   up)
-    echo "Starting the portal processes"
+    echo "Starting the portal processes: gunicorn $WEB_WORKERS x $WEB_THREADS threads, uvicorn x $ASGI_WORKERS," \
+      "Celery worker x ${CELERY_CONCURRENCY:-2}, beat, nginx on http://$HOST:$PORT/"
+    nginx_prepare
     for name in "${ORDER[@]}"; do start_one "$name"; done
     wait_for_web
     ;;
   down)
     echo "Stopping the portal processes"
-    for name in web beat worker; do stop_one "$name"; done
+    # web: the uvicorn that served everything before nginx and gunicorn came in, started by an older checkout.
+    for name in nginx wsgi asgi web beat worker; do stop_one "$name"; done
     ;;
   status)
     for name in "${ORDER[@]}"; do

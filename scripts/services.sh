@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Ensure the portal's backing services (PostgreSQL, Redis, MariaDB on 127.0.0.1) run: services.sh {up|down|status} [service...]
+# `services.sh nginx` installs nginx when it is missing and starts nothing: scripts/portal.sh runs its own.
 #
 # On the project's dev/CI machines these usually run already; on a plain Debian 12 box they are absent.
 # "up" leaves a service alone when its port answers, otherwise installs (if needed) and starts it.
@@ -268,12 +269,25 @@ status_one() {
     printf '%-11s 127.0.0.1:%-5s %-4s (%s)\n' "$svc" "$port" "$state" "$origin"
 }
 
-usage() { echo "usage: $0 {up|down|status} [${ALL_SERVICES[*]}]" >&2; exit 2; }
+usage() { echo "usage: $0 {up|down|status} [${ALL_SERVICES[*]}] | $0 nginx" >&2; exit 2; }
+
+# Debian 12's small build (proxy, static files, WebSocket upgrades: all the portal needs); later releases
+# dropped it for plain nginx. A daemon the package's postinst may start serves its default site on port 80 only.
+ensure_nginx() {
+    [[ -x /usr/sbin/nginx ]] && return 0
+    ensure_package nginx-light 2>/dev/null || ensure_package nginx
+    [[ -x /usr/sbin/nginx ]] || die "nginx was installed but /usr/sbin/nginx is missing"
+}
 
 main() {
     (($# >= 1)) || usage
     local cmd=$1
     shift
+    if [[ $cmd == nginx ]]; then
+        [[ $(id -u) -eq 0 ]] || die "must run as root to install nginx (or install Debian's nginx-light yourself)"
+        ensure_nginx
+        return 0
+    fi
     local services=("$@")
     ((${#services[@]})) || services=("${ALL_SERVICES[@]}")
     local s

@@ -166,21 +166,34 @@ def project_list_for_user(*, user: AnyUser, tenant: Tenant | None = None) -> Que
 
 
 def project_get_for_user(
-    *, user: AnyUser, tenant_slug: str, project_slug: str, action: ProjectAction = ProjectAction.VIEW
+    *,
+    user: AnyUser,
+    tenant_slug: str,
+    project_slug: str,
+    action: ProjectAction = ProjectAction.VIEW,
+    queryset: QuerySet[Project] | None = None,
 ) -> Project:
-    """The project if `user` may do `action` on it: 404 for users outside its tenant, 403 for a role too low."""
+    """The project if `user` may do `action` on it: 404 for users outside its tenant, 403 for a role too low.
+
+    One query: the project comes with the user's roles in it. `queryset` (of projects) lets a caller read what
+    else it needs of the project in that same query, e.g. with `.annotate(...)`.
+    """
     label = f"{tenant_slug}/{project_slug}"
-    project = Project.objects.select_related("tenant").filter(tenant__slug=tenant_slug, slug=project_slug).first()
+    projects = (queryset if queryset is not None else Project.objects.all()).select_related("tenant")
+    project = _with_roles(projects, user=user).filter(tenant__slug=tenant_slug, slug=project_slug).order_by().first()
     if project is None:
         raise _not_found("project", label)
     if is_portal_admin(user):
         return project
-    tenant_role = tenant_role_of(user=user, tenant=project.tenant)
+    # Annotations of _with_roles, unknown to the type checker.
+    held_tenant_role = getattr(project, "viewer_tenant_role", None)
+    held_project_role = getattr(project, "viewer_project_role", None)
+    tenant_role = TenantRole(held_tenant_role) if held_tenant_role else None
     if tenant_role is None:
         raise _not_found("project", label)
     if tenant_role == TenantRole.ADMIN and action in TENANT_ADMIN_PROJECT_ACTIONS:
         return project
-    project_role = project_role_of(user=user, project=project)
+    project_role = ProjectRole(held_project_role) if held_project_role else None
     if project_role is not None and project_role in PROJECT_ROLES_ALLOWED[action]:
         return project
     needed = " or ".join(f"'{role.value}'" for role in ProjectRole if role in PROJECT_ROLES_ALLOWED[action])
@@ -190,17 +203,37 @@ def project_get_for_user(
     raise PermissionDenied(f"This needs the project role {needed} in project '{label}'; {held}.")
 
 
+def _with_roles(projects: QuerySet[Project], *, user: AnyUser) -> QuerySet[Project]:
+    """`viewer_tenant_role` and `viewer_project_role`: the user's roles (None where none, and for anonymous)."""
+    user_id = user.pk if user.is_authenticated else None
+    return projects.annotate(
+        viewer_tenant_role=Subquery(
+            TenantMembership.objects.filter(tenant=OuterRef("tenant"), user=user_id).values("role")[:1]
+        ),
+        viewer_project_role=Subquery(
+            ProjectMembership.objects.filter(project=OuterRef("pk"), user=user_id).values("role")[:1]
+        ),
+    )
+
+
 _PROJECT_LABEL = re.compile(r"^([^/]+)/([^/]+)$")
 
 
 def project_get_by_label_for_user(
-    *, user: AnyUser, label: str, action: ProjectAction = ProjectAction.VIEW, field: str = "project"
+    *,
+    user: AnyUser,
+    label: str,
+    action: ProjectAction = ProjectAction.VIEW,
+    field: str = "project",
+    queryset: QuerySet[Project] | None = None,
 ) -> Project:
     """The project written 'tenant/project' (as the API takes it), with the access rules of project_get_for_user."""
     match = _PROJECT_LABEL.match(label)
     if match is None:
         raise ValidationError({field: ["Give the project as 'tenant/project', e.g. 'acme/vision'."]})
-    return project_get_for_user(user=user, tenant_slug=match[1], project_slug=match[2], action=action)
+    return project_get_for_user(
+        user=user, tenant_slug=match[1], project_slug=match[2], action=action, queryset=queryset
+    )
 
 
 def project_get_by_id_for_user(

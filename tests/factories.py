@@ -72,6 +72,9 @@ def make_matrix_cluster(name: str = "matrixcluster") -> Cluster:
         node_names=["n1"],
         gpu_types=["h100"],
         max_gpus_per_node=4,
+        max_cpus_per_node=8,
+        max_memory_mb_per_node=16384,
+        gpus_per_node_by_type={"h100": 4},
         synced_at=now,
     )
     GpuType.objects.create(cluster=cluster, name="h100", gpus_total=4, max_gpus_per_node=4, synced_at=now)

@@ -51,6 +51,9 @@ def cluster() -> Cluster:
             node_names=nodes,
             gpu_types=types,
             max_gpus_per_node=4,
+            max_cpus_per_node=8,
+            max_memory_mb_per_node=16384,
+            gpus_per_node_by_type=dict.fromkeys(types, 4),
             synced_at=now,
         )
     return cluster

@@ -13,10 +13,12 @@ from clusters.models import Cluster, ClusterAccount
 from jobs.job_services import JobRequest, job_submit
 from jobs.models import Job, JobState, JobTemplate
 from tenants.models import Project
+from tenants.services import token_create
 from tests.factories import (
     add_project_member,
     add_tenant_member,
     grant_allocation,
+    make_matrix_cluster,
     make_project,
     make_tenant,
     make_user,
@@ -219,6 +221,41 @@ def test_a_repeated_idempotency_key_returns_the_first_job(project: Project, clus
     assert (first.status_code, second.status_code) == (202, 200)
     assert first.json()["id"] == second.json()["id"]
     assert Job.objects.count() == 1
+
+
+def test_a_submission_with_a_token_takes_at_most_8_queries_and_no_slurm(
+    django_assert_max_num_queries: Any,
+) -> None:
+    """The whole request through the real view: token, project and roles, cluster, job, transition, audit,
+    reservation. The cluster's slurmrestd is a closed port: nothing in the request may need it."""
+    cluster = make_matrix_cluster("unreachable")
+    project = make_project(make_tenant())
+    grant_allocation(project, cluster)
+    member = _member(project, cluster)
+    _, secret = token_create(user=member, name="sweep")
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    body = {"project": f"{project.tenant.slug}/{project.slug}", "cluster": cluster.name, "script": SCRIPT}
+    assert api.post("/api/v1/jobs/", body, format="json").status_code == 202  # marks the token used (once a minute)
+
+    with django_assert_max_num_queries(8):
+        response = api.post("/api/v1/jobs/", {**body, "gpus": 2, "cpus": 4}, format="json")
+
+    assert response.status_code == 202, response.json()
+    assert Job.objects.get(pk=response.json()["id"]).gpus == 2
+
+
+def test_the_submit_reply_says_what_a_read_of_the_job_says(project: Project, cluster: Cluster) -> None:
+    """The reply is built from what the submission wrote, not read back: it must not differ from a read."""
+    api = _api(_member(project, cluster))
+
+    reply = _submit(api, project, partition="h100", gpus=2, environment={"A": "1"}).json()
+    read = api.get(f"/api/v1/jobs/{reply['id']}/").json()
+
+    estimate = reply.pop("estimate")
+    assert reply == read
+    assert (estimate["gpu_hours"], estimate["fits"], estimate["gpu_type"]) == ("2.00", True, "h100")
+    assert estimate["allocation"]["remaining_after_gpu_hours"] == "998.00"
 
 
 def test_a_template_fills_what_the_submission_leaves_out(project: Project, cluster: Cluster) -> None:

@@ -6,6 +6,7 @@ real worker is in the job flow tests.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import uuid
@@ -24,6 +25,7 @@ from django.test import AsyncClient, Client
 import jobs.log_stream
 from clusters.models import Cluster
 from jobs.job_services import jobs_push
+from jobs.log_readers import followed_paths, watch_stopped
 from jobs.models import Job, JobState
 from jobs.paths import job_paths
 from tenants.services import token_create
@@ -52,7 +54,13 @@ class LogJob:
 
 @pytest.fixture(autouse=True)
 def quick_polls(settings: Any) -> None:
+    """The fallback poll, quick; tests that must show a change woke the viewers by itself turn it off."""
     settings.JOB_LOG_POLL_SECONDS = 0.05
+
+
+@pytest.fixture
+def no_poll(settings: Any) -> None:
+    settings.JOB_LOG_POLL_SECONDS = 60.0  # longer than any wait below: whatever arrives was woken by inotify
 
 
 @pytest.fixture
@@ -335,6 +343,93 @@ def test_a_symlink_in_place_of_the_output_is_refused_with_an_error(log_job: LogJ
         assert "symbolic link" in messages[0]["message"]
         assert viewer.received["stdout"] == b""
         await viewer.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_viewers_at_different_offsets_share_one_reader_and_each_gets_its_own_rest(
+    log_job: LogJob, no_poll: None
+) -> None:
+    log_job.append(b"line 1\nline 2\n")
+    log_job.append(b"", stream="stderr")
+    cookie = session_cookie(log_job.viewer)
+
+    async def scenario() -> None:
+        early = Viewer(log_job.job, headers=[(b"cookie", cookie)])
+        late = Viewer(log_job.job, headers=[(b"cookie", cookie)], query="stdout_offset=7")
+        late.next_offsets["stdout"] = 7
+        for viewer in (early, late):
+            assert await viewer.connect() == (True, None)
+        await early.receive_stdout(b"line 1\nline 2\n")
+        await late.receive_stdout(b"line 2\n")
+        assert followed_paths() == {str(log_job.stdout), str(log_job.stderr)}  # one reader per file for both
+        log_job.append(b"line 3\n")
+        log_job.append(b"warning\n", stream="stderr")
+        await early.receive_until(
+            lambda _: early.received == {"stdout": b"line 1\nline 2\nline 3\n", "stderr": b"warning\n"}
+        )
+        await late.receive_until(lambda _: late.received == {"stdout": b"line 2\nline 3\n", "stderr": b"warning\n"})
+        await early.disconnect()
+        assert followed_paths() == {str(log_job.stdout), str(log_job.stderr)}  # still one viewer
+        log_job.append(b"line 4\n")
+        await late.receive_stdout(b"line 2\nline 3\nline 4\n")
+        await late.disconnect()
+        assert followed_paths() == set()  # the last viewer left: the readers and their watch stop
+        await watch_stopped()
+
+    async_to_sync(scenario)()
+
+
+def test_a_file_that_appears_after_the_viewer_connected_is_streamed_without_waiting_for_a_poll(
+    log_job: LogJob, no_poll: None
+) -> None:
+    cookie = session_cookie(log_job.viewer)
+
+    async def scenario() -> None:
+        viewer = Viewer(log_job.job, headers=[(b"cookie", cookie)])
+        await viewer.connect()
+        waiting = await viewer.receive_until(lambda message: message["stream"] == "stderr")
+        assert [message["type"] for message in waiting] == ["log.waiting", "log.waiting"]
+        log_job.append(b"started on gpu01\n")  # makes the job's directory too
+        await viewer.receive_stdout(b"started on gpu01\n")
+        log_job.stdout.write_bytes(b"requeued\n")
+        messages = await viewer.receive_stdout(b"requeued\n")
+        assert messages[0] == {"type": "log.truncated", "stream": "stdout", "offset": 0, "previous_offset": 17}
+        await viewer.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_with_polling_forced_the_output_still_arrives(log_job: LogJob, settings: Any) -> None:
+    settings.JOB_LOG_FORCE_POLLING = True
+    log_job.append(b"one\n")
+    cookie = session_cookie(log_job.viewer)
+
+    async def scenario() -> None:
+        viewer = Viewer(log_job.job, headers=[(b"cookie", cookie)])
+        await viewer.connect()
+        await viewer.receive_stdout(b"one\n")
+        log_job.append(b"two\n")
+        log_job.append(b"three\n")
+        await viewer.receive_stdout(b"one\ntwo\nthree\n")
+        await viewer.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_many_viewers_of_one_job_connect_with_a_shared_access_check(log_job: LogJob) -> None:
+    log_job.append(b"shared\n")
+    _, secret = token_create(user=log_job.viewer, name="many")
+    headers = [(b"authorization", f"Bearer {secret}".encode())]
+
+    async def scenario() -> None:
+        viewers = [Viewer(log_job.job, headers=headers) for _ in range(20)]
+        answers = await asyncio.gather(*(viewer.connect() for viewer in viewers))
+        assert answers == [(True, None)] * 20
+        for viewer in viewers:
+            await viewer.receive_stdout(b"shared\n")
+        await asyncio.gather(*(viewer.disconnect() for viewer in viewers))
+        await watch_stopped()
 
     async_to_sync(scenario)()
 

@@ -1,13 +1,18 @@
-"""The log tailer on real files: byte offsets, exact resume, UTF-8 at chunk edges, truncation, refusals."""
+"""The log tailer on real files: byte offsets, exact resume, UTF-8 at chunk edges, truncation, refusals; and
+the shared readers that wake a file's viewers when it changes."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from jobs.log_readers import followed_paths, log_file_followed, watch_stopped
 from jobs.log_stream import (
     LogChunk,
     LogFileRefused,
@@ -195,3 +200,107 @@ def test_a_fifo_in_place_of_the_log_is_refused_without_blocking(tmp_path: Path) 
         LogTailer(str(log)).poll()
     with pytest.raises(LogFileRefused):
         open_log_file(str(log))
+
+
+# The shared readers ------------------------------------------------------------------------------------
+
+# Long enough that a test passing within it was woken by the change itself, not by the poll.
+NO_POLL = 60.0
+
+
+async def woken(wake: asyncio.Event) -> None:
+    await asyncio.wait_for(wake.wait(), timeout=5)
+    wake.clear()
+
+
+def watch_threads() -> list[str]:
+    return [thread.name for thread in threading.enumerate() if thread.name.startswith("job-log-watch")]
+
+
+def test_one_reader_wakes_every_viewer_of_a_file_and_stops_with_the_last(tmp_path: Path, settings: Any) -> None:
+    settings.JOB_LOG_POLL_SECONDS = NO_POLL
+    log = tmp_path / "stdout.log"
+    log.write_bytes(b"first\n")
+
+    async def scenario() -> None:
+        first, second = asyncio.Event(), asyncio.Event()
+        with log_file_followed(str(log), wake=first) as reader, log_file_followed(str(log), wake=second) as same:
+            assert same is reader
+            assert followed_paths() == {str(log)}
+            await woken(first)  # the first look, once the watch is up
+            await woken(second)
+            with log.open("ab") as output:
+                output.write(b"second\n")
+            await woken(first)
+            await woken(second)
+            assert reader.snapshot is not None
+            assert reader.snapshot[3] == 13
+        assert followed_paths() == set()
+        await watch_stopped()
+        assert watch_threads() == []
+
+    asyncio.run(scenario())
+
+
+def test_a_viewer_that_leaves_is_not_woken_and_the_others_still_are(tmp_path: Path, settings: Any) -> None:
+    settings.JOB_LOG_POLL_SECONDS = NO_POLL
+    log = tmp_path / "stdout.log"
+    log.write_bytes(b"")
+
+    async def scenario() -> None:
+        staying, leaving = asyncio.Event(), asyncio.Event()
+        with log_file_followed(str(log), wake=staying):
+            with log_file_followed(str(log), wake=leaving):
+                await woken(staying)
+            leaving.clear()
+            assert followed_paths() == {str(log)}
+            with log.open("ab") as output:
+                output.write(b"more\n")
+            await woken(staying)
+            assert not leaving.is_set()
+        await watch_stopped()
+
+    asyncio.run(scenario())
+
+
+def test_a_file_whose_directory_does_not_exist_yet_wakes_its_viewer_when_it_appears(
+    tmp_path: Path, settings: Any
+) -> None:
+    settings.JOB_LOG_POLL_SECONDS = NO_POLL
+    log = tmp_path / "tenant" / "project" / "job" / "stdout.log"
+
+    async def scenario() -> None:
+        wake, other_wake = asyncio.Event(), asyncio.Event()
+        other = tmp_path / "other.log"
+        other.write_bytes(b"")
+        with log_file_followed(str(log), wake=wake) as reader, log_file_followed(str(other), wake=other_wake):
+            # The watch has looked at both files (only the other one exists): it now watches tmp_path for both.
+            await woken(other_wake)
+            assert reader.snapshot is None
+            log.parent.mkdir(parents=True)
+            log.write_bytes(b"started\n")
+            while reader.snapshot is None:  # the watch moves down to the new directories, then sees the file
+                await woken(wake)
+            assert reader.snapshot[3] == 8
+        await watch_stopped()
+
+    asyncio.run(scenario())
+
+
+def test_with_polling_forced_changes_are_seen_by_the_poll(tmp_path: Path, settings: Any) -> None:
+    settings.JOB_LOG_FORCE_POLLING = True
+    settings.JOB_LOG_POLL_SECONDS = 0.05
+    log = tmp_path / "stdout.log"
+
+    async def scenario() -> None:
+        wake = asyncio.Event()
+        with log_file_followed(str(log), wake=wake) as reader:
+            for size in (3, 6, 9):  # appends within the same second: a poll of modification times would miss them
+                with log.open("ab") as output:
+                    output.write(b"ab\n")
+                while reader.snapshot is None or reader.snapshot[3] != size:
+                    await woken(wake)
+            assert watch_threads() == []  # no notifier: the poll alone
+        await watch_stopped()
+
+    asyncio.run(scenario())
