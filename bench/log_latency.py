@@ -22,11 +22,40 @@ from pathlib import Path
 
 import portal_stack as stack  # sets up Django on the benchmark's database first
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 from websockets.asyncio.client import ClientConnection, connect
 
+from clusters.models import Cluster
 from jobs.models import Job, JobState
 from jobs.paths import job_directory_prepare, job_paths
+from tenants import services
+from tenants.models import ProjectRole, TenantRole
+
+
+def world_for_logs() -> stack.World:
+    """The benchmark tenant, project, user and token, and the target cluster's row for its log root.
+
+    Streaming a log asks nothing of Slurm, so unlike `stack.world_create` this needs no running cluster.
+    """
+    cluster, _ = Cluster.objects.update_or_create(
+        name=stack.CLUSTER,
+        defaults={
+            "slurmrestd_url": stack.TARGET.slurmrestd_url,
+            "jwt_key_file": stack.TARGET.jwt_key_file,
+            "log_root": stack.TARGET.log_root,
+            "admin_user": stack.TARGET.admin_user,
+            "is_active": True,
+        },
+    )
+    user, _ = get_user_model().objects.get_or_create(username=stack.JOB_USER)
+    tenant = services.tenant_create(actor=None, slug=stack.TENANT, name="Benchmarks")
+    project = services.project_create(actor=None, tenant=tenant, slug="logs", name="Benchmark logs")
+    services.tenant_member_add(actor=None, tenant=tenant, user=user, role=TenantRole.ADMIN)
+    services.project_member_add(actor=None, project=project, user=user, role=ProjectRole.MANAGER)
+    _, token = services.token_create(user=user, name="bench-logs")
+    stack.redis_flush()  # the services scheduled tasks; no worker runs them here
+    return stack.World(cluster=cluster, user=user, project=project, token=token)
 
 
 def running_job(world: stack.World) -> Job:
@@ -180,7 +209,7 @@ def main() -> None:
 
     machine = stack.machine_note()
     stack.database_recreate()
-    world = stack.world_create(project_slug="logs")
+    world = world_for_logs()
     job = running_job(world)
     portal = stack.Portal(port=args.port, with_worker=False)
     phases: list[Phase] = []

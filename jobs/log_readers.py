@@ -138,8 +138,11 @@ class _DirectoryWatch:
                 executor, lambda: RustNotify(sorted({path for path, _, _ in wanted}), False, False, 0, False, True)
             )
         try:
-            # Whatever changed before the watch began was not reported: look at every file once now.
+            # Whatever changed before the watch began was not reported: look at every file once now, and at
+            # the directories (one made meanwhile is watched only through its parent, which reported nothing).
             await self._look(list(self.readers.values()))
+            if notifier is not None and await asyncio.to_thread(self._wanted) != wanted:
+                return
             poll_at = self.loop.time() + self._poll_seconds()
             while not rebuild.is_set():
                 changed = await self._changes(notifier, executor, rebuild, timeout=poll_at - self.loop.time())
