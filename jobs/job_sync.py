@@ -134,7 +134,7 @@ def job_deliver(*, job_id: uuid.UUID) -> Delivery:
         if job is None:
             return Delivery(refusal)
         claimed, settled = _claim([job], now=timezone.now())
-    return _batch_deliver(cluster=job.cluster, claimed=claimed, settled=settled).deliveries[job_id]
+    return _batch_deliver(cluster=job.cluster, claimed=claimed, settled=settled).deliveries[job.pk]
 
 
 def jobs_deliver_queued(*, job_id: uuid.UUID) -> DeliveryRun:

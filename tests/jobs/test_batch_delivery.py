@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
@@ -35,9 +36,24 @@ UNREACHABLE_URL = "http://127.0.0.1:9"
 
 
 @pytest.fixture
-def project(live_project: LiveProject) -> Iterator[LiveProject]:
-    """`live_project`, and afterwards the output directories its jobs got removed."""
+def project(live_project: LiveProject, slurm_client: SlurmClient) -> Iterator[LiveProject]:
+    """`live_project`; afterwards its jobs are cancelled and waited for, and their output directories removed.
+
+    Waited for: `live_project` then deletes the project's Slurm accounts, and deleting an account whose jobs are
+    still completing can leave slurmctld's association tree broken (README, "Slurm 24.11 and 26.05").
+    """
     yield live_project
+    account = live_project.project.slurm_account
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        listing = slurm_client.list_jobs()
+        listed = listing.jobs if listing else ()
+        active = [job for job in listed if job.account == account and not job.state.is_finished]
+        if not active:
+            break
+        for slurm_job in active:
+            slurm_client.cancel_job(user=slurm_client.admin_user, job_id=slurm_job.job_id)
+        time.sleep(0.5)
     shutil.rmtree(Path(live_project.cluster.log_root) / live_project.project.tenant.slug, ignore_errors=True)
 
 
