@@ -8,12 +8,14 @@ import uuid
 from celery import shared_task
 from django.conf import settings
 from django.db import OperationalError
+from django.utils import timezone
 
 from clusters.clients import slurm_client_for
 from clusters.models import Cluster
 from clusters.services import cluster_unreachable_record
 from clusters.slurm import SlurmError, SlurmRetryableError
 from jobs import job_sync, quota_usage
+from jobs.sync_schedule import clusters_due_for_job_sync, job_sync_slot, quota_usage_collection_due
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +67,12 @@ def cluster_jobs_sync(cluster_id: int) -> None:
     cluster = Cluster.objects.filter(pk=cluster_id, is_active=True).first()
     if cluster is None:
         return
+    with job_sync_slot(cluster.pk) as mine:
+        if mine:
+            _cluster_jobs_sync(cluster)
+
+
+def _cluster_jobs_sync(cluster: Cluster) -> None:
     client = slurm_client_for(cluster)
     try:
         result = job_sync.cluster_jobs_sync(cluster=cluster, client=client)
@@ -80,6 +88,8 @@ def cluster_jobs_sync(cluster_id: int) -> None:
         job_submit.delay(str(job_id))
     # Also after a failed or unchanged (304) listing: a job's accounting record lands after the listing that
     # ended it, and releases need no Slurm at all. Its failure must not look like the sync's.
+    if not quota_usage_collection_due(cluster.pk):
+        return
     try:
         quota_usage.quota_usage_collect(cluster=cluster, client=client)
     except Exception:
@@ -88,6 +98,7 @@ def cluster_jobs_sync(cluster_id: int) -> None:
 
 @shared_task(ignore_result=True, soft_time_limit=30, time_limit=60)
 def jobs_sync_all() -> None:
-    # A sync that waited longer than one interval in the queue is stale: the next one replaces it.
-    for cluster_id in Cluster.objects.filter(is_active=True).values_list("pk", flat=True):
+    """Sync the clusters that are due (see jobs.sync_schedule): fast while they have active jobs."""
+    # A sync that waited longer than its pace in the queue is stale: a later tick replaces it.
+    for cluster_id in clusters_due_for_job_sync(now=timezone.now()):
         cluster_jobs_sync.apply_async((cluster_id,), expires=2 * settings.JOB_SYNC_INTERVAL_SECONDS)

@@ -105,8 +105,12 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
-# How often beat asks each cluster for job changes (one listing with update_time per cluster).
+# How often each cluster is asked for job changes (one listing with update_time per cluster): every
+# JOB_SYNC_ACTIVE_SECONDS while it has queued, pending or running jobs, else every JOB_SYNC_INTERVAL_SECONDS
+# (also the pace of usage collection from accounting); see jobs/sync_schedule.py.
 JOB_SYNC_INTERVAL_SECONDS = env_int("JOB_SYNC_INTERVAL_SECONDS", 5)
+JOB_SYNC_ACTIVE_SECONDS = float(env_str("JOB_SYNC_ACTIVE_SECONDS", "1"))
+JOB_SYNC_SLOT_SECONDS = 120  # a sync slot held by a worker that died is free again after this
 CELERY_BEAT_SCHEDULE = {
     "sync-all-clusters": {
         "task": "clusters.tasks.cluster_sync_all",
@@ -114,7 +118,8 @@ CELERY_BEAT_SCHEDULE = {
     },
     "sync-all-jobs": {
         "task": "jobs.tasks.jobs_sync_all",
-        "schedule": JOB_SYNC_INTERVAL_SECONDS,
+        "schedule": JOB_SYNC_ACTIVE_SECONDS,
+        "options": {"expires": JOB_SYNC_ACTIVE_SECONDS},  # a tick that waited is replaced by the next
     },
     "sync-quota-limits": {
         "task": "quotas.tasks.quota_limits_sync_all",
