@@ -66,13 +66,20 @@ def test_an_inactive_cluster_is_never_due() -> None:
     assert clusters_due_for_job_sync(now=timezone.now()) == []
 
 
+def _unused_id() -> int:
+    """A cluster id no other run has used: the cache outlives a test run."""
+    return uuid.uuid4().int % 10**12
+
+
 def test_one_sync_of_a_cluster_at_a_time() -> None:
-    with job_sync_slot(9001) as first, job_sync_slot(9001) as second, job_sync_slot(9002) as other:
+    one, two = _unused_id(), _unused_id()
+    with job_sync_slot(one) as first, job_sync_slot(one) as second, job_sync_slot(two) as other:
         assert (first, second, other) == (True, False, True)
-    with job_sync_slot(9001) as again:
+    with job_sync_slot(one) as again:
         assert again is True
 
 
 def test_usage_is_collected_once_per_slow_interval_however_fast_the_sync() -> None:
-    assert [quota_usage_collection_due(9003) for _ in range(3)] == [True, False, False]
-    assert quota_usage_collection_due(9004) is True
+    one, two = _unused_id(), _unused_id()
+    assert [quota_usage_collection_due(one) for _ in range(3)] == [True, False, False]
+    assert quota_usage_collection_due(two) is True
