@@ -370,13 +370,16 @@ def _find_tagged(
     *, client: SlurmClient, jobs: list[Job]
 ) -> tuple[dict[uuid.UUID, int], dict[uuid.UUID, SlurmTerminalError]]:
     """The Slurm job ids carrying these jobs' tags, from one listing of slurmctld and, for jobs that already
-    ended there, one accounting query per account; and the jobs whose account accounting refused to search."""
+    ended there, one accounting query per account; and the jobs whose lookup Slurm refused, with its refusal."""
     found: dict[uuid.UUID, int] = {}
     refused: dict[uuid.UUID, SlurmTerminalError] = {}
     if not jobs:
         return found, refused
     by_tag = {job.slurm_comment: job.pk for job in jobs}
-    listing = client.list_jobs()
+    try:
+        listing = client.list_jobs()
+    except SlurmTerminalError as exc:
+        return found, {job.pk: exc for job in jobs}
     for slurm_job in listing.jobs if listing else ():
         if slurm_job.comment in by_tag:
             found.setdefault(by_tag[slurm_job.comment], slurm_job.job_id)
