@@ -49,6 +49,7 @@ migrate: database
 seed: database
 	@$(PY) manage.py seed_demo
 
+# nginx (installed if missing), gunicorn, uvicorn, a Celery worker and beat; see README, "Processes".
 portal: venv
 	@bash scripts/portal.sh up
 
@@ -77,12 +78,21 @@ bench: cluster database
 		BENCH_CLUSTER=$$cluster $(PY) bench/job_sync.py; done
 	$(PY) bench/log_latency.py
 	$(PY) bench/invoice.py
+	$(PY) bench/http_topology.py
+
+# How the web tier should run: uvicorn alone versus gunicorn beside uvicorn, with and without nginx in front
+# (requests/s, p50/p95 of a GET and a POST at 4 clients, PostgreSQL connections; about 13 minutes). See README,
+# "Processes"; `make http-topology TOPOLOGY_ARGS="--rounds 1"` for a quicker look.
+.PHONY: http-topology
+http-topology: cluster database
+	$(PY) bench/http_topology.py $(TOPOLOGY_ARGS)
 
 # Fault drills on the real local stack (own database gpuportal_bench_drills, own Redis, port 8101); each ends
 # with a ledger check. `make drills DRILLS="slurmrestd worker"` runs some of them; see scripts/drills/.
 drills: cluster database
 	$(PY) scripts/drills/run.py $(DRILLS)
 
-# 50 users browsing, listing and submitting for two minutes against uvicorn; see bench/load.py.
+# 50 users browsing, listing and submitting for two minutes against the portal as scripts/portal.sh runs it
+# (nginx, gunicorn, uvicorn); see bench/load.py.
 load: cluster database
 	$(PY) bench/load.py

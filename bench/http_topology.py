@@ -15,6 +15,7 @@ Usage: python bench/http_topology.py [--seconds S] [--rounds R] [--clients C] [-
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import http.client
 import json
 import os
@@ -37,20 +38,20 @@ SCRIPT = "#!/bin/bash\necho bench\n"
 
 
 def candidates() -> dict[str, stack.Topology]:
+    """Each kind at the size it is usually given on this machine's cores; nginx+gunicorn-sync is the one
+    scripts/portal.sh runs, sized as it sizes it."""
     cores = os.cpu_count() or 1
-    sync_workers = 2 * cores + 1
+    sync = stack.deployed_topology(web_threads=1)
     return {
         topology.name: topology
         for topology in (
             stack.Topology(name="uvicorn", http_server="uvicorn", proxy=False, http_workers=2),
-            stack.Topology(name="gunicorn-sync", http_server="gunicorn-sync", proxy=False, http_workers=sync_workers),
+            dataclasses.replace(sync, name="gunicorn-sync", proxy=False),
             stack.Topology(
                 name="gunicorn-gthread", http_server="gunicorn-gthread", proxy=False, http_workers=cores, threads=4
             ),
             stack.Topology(name="nginx+uvicorn", http_server="uvicorn", proxy=True, http_workers=2),
-            stack.Topology(
-                name="nginx+gunicorn-sync", http_server="gunicorn-sync", proxy=True, http_workers=sync_workers
-            ),
+            sync,
             stack.Topology(
                 name="nginx+gunicorn-gthread", http_server="gunicorn-gthread", proxy=True, http_workers=cores, threads=4
             ),
@@ -230,7 +231,8 @@ def report(results: dict[str, Figures], *, topologies: dict[str, stack.Topology]
         )
     print()
     for name, figures in results.items():
-        print(f"  {name}: {topologies[name].describe()}")
+        chosen = " (what scripts/portal.sh runs)" if topologies[name] == stack.deployed_topology() else ""
+        print(f"  {name}: {topologies[name].describe()}{chosen}")
         for error in (figures.get.errors + figures.post.errors)[:3]:
             print(f"    error: {error}")
     print("DB conns: the most PostgreSQL connections the web tier held while loaded; idle: 1 s after the load.")
@@ -240,7 +242,7 @@ def main() -> None:
     topologies = candidates()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=15, help="length of each GET and each POST phase")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--candidates", default=",".join(topologies), help=f"of: {', '.join(topologies)}")
     args = parser.parse_args()

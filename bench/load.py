@@ -1,21 +1,24 @@
-"""`make load`: 50 researchers browse, list and submit against the ASGI portal for two minutes (locust, headless).
+"""`make load`: 50 researchers browse, list and submit against the portal for two minutes (locust, headless).
 
 Prepares its own world (database `gpuportal_bench_load`, Redis databases 4-6, port 8102): tenant `load` with a few
 projects of ten researchers each, every one with a password, an API token, a cluster account (POSIX user
 `loadNN`, created on this host for the run: jobs run as their owner, and Slurm needs that user on the nodes),
 GPU-hours that never run out, a template per project and a few hundred finished, priced jobs so that lists
-paginate. Then it starts uvicorn, a Celery worker and beat, runs `bench/locustfile.py` in a locust process of
-its own (locust patches the standard library with gevent, so it never shares a process with Django), and
-prints throughput, latency percentiles and errors per route. Any error makes the exit status non-zero.
+paginate. Then it starts the portal as scripts/portal.sh runs it (nginx in front of gunicorn for pages and the
+API and uvicorn for WebSockets; bench/portal_stack.py's `deployed_topology`), a Celery worker and beat, runs
+`bench/locustfile.py` in a locust process of its own (locust patches the standard library with gevent, so it
+never shares a process with Django), and prints throughput, latency percentiles and errors per route. Any error
+makes the exit status non-zero.
 
 Afterwards: how many jobs the load submitted and whether each reached Slurm, then the run's Slurm jobs are
 cancelled and its Slurm accounts, POSIX users and job directories removed. Locust's CSV files stay in
 `var/load/`.
 
-One uvicorn process by default: 50 users thinking 1-3 s offer ~22 requests/s, which one process served at p50
-57 ms; a second process (LOAD_WEB_WORKERS=2) brought nothing on these 2 shared cores (p50 90 ms in a 40 s run
-beside other work). Overrides: LOAD_USERS (50), LOAD_SECONDS (120), LOAD_SPAWN_RATE (users started per second,
-2), LOAD_WEB_WORKERS (uvicorn processes, 1), LOAD_PROJECTS (5), LOAD_HISTORY_JOBS (finished jobs per project, 60).
+50 users thinking 1-3 s offer ~22 requests/s. Why that web tier, and its figures against uvicorn alone:
+bench/http_topology.py and the README ("Processes"). Overrides: LOAD_USERS (50), LOAD_SECONDS (120),
+LOAD_SPAWN_RATE (users started per second, 2), LOAD_WEB_WORKERS (gunicorn processes; as scripts/portal.sh: 2 per
+core + 1), LOAD_WEB_THREADS (threads per gunicorn process, 1), LOAD_PROJECTS (5), LOAD_HISTORY_JOBS (finished jobs
+per project, 60).
 """
 
 from __future__ import annotations
@@ -90,7 +93,8 @@ class Settings:
     users: int
     seconds: int
     spawn_rate: float
-    web_workers: int
+    web_workers: int | None  # None: as scripts/portal.sh sizes it
+    web_threads: int | None
     projects: int
     history_jobs: int
 
@@ -100,7 +104,8 @@ class Settings:
             users=int(os.environ.get("LOAD_USERS", "50")),
             seconds=int(os.environ.get("LOAD_SECONDS", "120")),
             spawn_rate=float(os.environ.get("LOAD_SPAWN_RATE", "2")),
-            web_workers=int(os.environ.get("LOAD_WEB_WORKERS", "1")),
+            web_workers=int(os.environ["LOAD_WEB_WORKERS"]) if os.environ.get("LOAD_WEB_WORKERS") else None,
+            web_threads=int(os.environ["LOAD_WEB_THREADS"]) if os.environ.get("LOAD_WEB_THREADS") else None,
             projects=min(len(PROJECTS), int(os.environ.get("LOAD_PROJECTS", "5"))),
             history_jobs=int(os.environ.get("LOAD_HISTORY_JOBS", "60")),
         )
@@ -482,13 +487,13 @@ class ConnectionSampler(threading.Thread):
 
 def load_run(*, options: Settings, world: World, output: Path) -> Outcome:
     """Start the portal, let locust loose on it, then wait for the jobs it submitted to settle."""
-    os.environ["WEB_CONCURRENCY"] = str(options.web_workers)  # uvicorn's number of processes
-    portal = stack.Portal(port=PORT, worker_concurrency=2, with_beat=True)
+    topology = stack.deployed_topology(web_workers=options.web_workers, web_threads=options.web_threads)
+    portal = stack.Portal(port=PORT, worker_concurrency=2, with_beat=True, topology=topology)
     world_path = output / "world.json"
     world_file_write(path=world_path, base_url=portal.base_url, researchers=world.researchers)
     print(
         f"load: {options.users} locust users (started {options.spawn_rate}/s), {options.seconds}s, think time "
-        f"1-3 s, against uvicorn ({options.web_workers} process(es)) + Celery worker (2 processes) + beat on "
+        f"1-3 s, against {topology.describe()} + Celery worker (2 processes) + beat on "
         f"{portal.base_url}"
     )
     load_started = timezone.now()

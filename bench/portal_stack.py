@@ -1,5 +1,6 @@
-"""What the portal benchmarks share: their own database and Redis databases, demo-like data, and a portal
-(uvicorn + a Celery worker) that a benchmark starts and stops itself.
+"""What the portal benchmarks share: their own database and Redis databases, demo-like data, and a portal (its
+web tier as scripts/portal.sh runs it: nginx, gunicorn and uvicorn; a Celery worker) that a benchmark starts and
+stops itself.
 
 Import this before anything from Django: it points the settings at the benchmark's database
 (`gpuportal_bench`, recreated on every run) and Redis databases 10-12, so a benchmark never meets the demo
@@ -327,16 +328,20 @@ class Topology:
 WSGI_CONN_MAX_AGE_SECONDS = 60
 
 
-def wsgi_workers_default() -> int:
-    """gunicorn's processes, as scripts/portal.sh sizes them (PORTAL_WEB_WORKERS): 2 x cores + 1."""
-    return int(os.environ.get("PORTAL_WEB_WORKERS") or 2 * (os.cpu_count() or 1) + 1)
-
-
-def deployed_topology() -> Topology:
-    """The topology scripts/portal.sh runs (README, "Processes"): the one the benchmarks, drills and the load test
-    start unless told otherwise."""
+def deployed_topology(*, web_workers: int | None = None, web_threads: int | None = None) -> Topology:
+    """The topology scripts/portal.sh runs (README, "Processes"), sized as it sizes it: nginx in front, gunicorn
+    with PORTAL_WEB_WORKERS processes (default: 2 per core + 1) of PORTAL_WEB_THREADS threads (1: sync workers;
+    more: gthread workers), and PORTAL_ASGI_WORKERS uvicorn processes (1) for the WebSockets and log downloads.
+    The benchmarks, the drills and the load test start it unless told otherwise; the arguments override the
+    environment."""
+    threads = web_threads or int(os.environ.get("PORTAL_WEB_THREADS") or 1)
     return Topology(
-        name="nginx+gunicorn-sync", http_server="gunicorn-sync", proxy=True, http_workers=wsgi_workers_default()
+        name="nginx+gunicorn-gthread" if threads > 1 else "nginx+gunicorn-sync",
+        http_server="gunicorn-gthread" if threads > 1 else "gunicorn-sync",
+        proxy=True,
+        http_workers=web_workers or int(os.environ.get("PORTAL_WEB_WORKERS") or 2 * (os.cpu_count() or 1) + 1),
+        threads=threads,
+        asgi_workers=int(os.environ.get("PORTAL_ASGI_WORKERS") or 1),
     )
 
 
@@ -496,7 +501,11 @@ class Portal:
         )
         if not asgi_alone:
             bind_wsgi = f"unix:{self.wsgi_socket}" if topology.proxy else f"127.0.0.1:{self.port}"
-            threads = ["--worker-class=gthread", f"--threads={topology.threads}"] if topology.threads > 1 else []
+            threads = (
+                ["--worker-class=gthread", f"--threads={topology.threads}"]
+                if topology.http_server == "gunicorn-gthread"
+                else []
+            )
             self._start(
                 "wsgi",
                 [
@@ -528,9 +537,7 @@ class Portal:
                     access_log="off",
                 )
             )
-            self._start(
-                "nginx", [nginx_binary(), "-c", str(config), "-e", str(self.log_dir / "nginx.log")]
-            )
+            self._start("nginx", [nginx_binary(), "-c", str(config), "-e", str(self.log_dir / "nginx.log")])
 
     def _servers_wait(self, *, deadline: float) -> None:
         """Until every web server answers /healthz, each at its own address (the proxy's answer alone would

@@ -11,10 +11,11 @@ VENV="$ROOT/.venv/bin"
 HOST="${PORTAL_HOST:-127.0.0.1}"
 PORT="${PORTAL_PORT:-8000}"
 CORES=$(nproc)
-# gunicorn: PORTAL_WEB_WORKERS processes of PORTAL_WEB_THREADS threads each (1: sync workers); each thread keeps
-# one PostgreSQL connection open (DATABASE_CONN_MAX_AGE below). uvicorn: PORTAL_ASGI_WORKERS processes.
-WEB_WORKERS="${PORTAL_WEB_WORKERS:-$CORES}"
-WEB_THREADS="${PORTAL_WEB_THREADS:-4}"
+# gunicorn: PORTAL_WEB_WORKERS processes (default 2 per core + 1: while one waits on PostgreSQL another computes)
+# of PORTAL_WEB_THREADS threads each (1: sync workers; more: gthread workers); each thread keeps one PostgreSQL
+# connection open (DATABASE_CONN_MAX_AGE below). uvicorn: PORTAL_ASGI_WORKERS processes. README, "Processes".
+WEB_WORKERS="${PORTAL_WEB_WORKERS:-$((2 * CORES + 1))}"
+WEB_THREADS="${PORTAL_WEB_THREADS:-1}"
 ASGI_WORKERS="${PORTAL_ASGI_WORKERS:-1}"
 WSGI_CONN_MAX_AGE="${DATABASE_CONN_MAX_AGE:-60}"
 WSGI_SOCKET="$RUN_DIR/wsgi.sock"
@@ -29,8 +30,8 @@ if ((WEB_THREADS > 1)); then WORKER_CLASS="--worker-class=gthread --threads=$WEB
 # connection kept for reuse outlives its request's thread (portal/env.py), so only gunicorn keeps them.
 declare -A COMMANDS=(
   [nginx]="/usr/sbin/nginx -c $NGINX_CONF -e $LOG_DIR/nginx.log"
-  [wsgi]="env PORTAL_NUM_PROXIES=1 DATABASE_CONN_MAX_AGE=$WSGI_CONN_MAX_AGE $VENV/gunicorn portal.wsgi:application --bind unix:$WSGI_SOCKET --workers $WEB_WORKERS $WORKER_CLASS --timeout 60"
-  [asgi]="env PORTAL_NUM_PROXIES=1 DATABASE_CONN_MAX_AGE=0 $VENV/uvicorn portal.asgi:application --uds $ASGI_SOCKET --workers $ASGI_WORKERS --no-access-log"
+  [wsgi]="env PORTAL_NUM_PROXIES=${PORTAL_NUM_PROXIES:-1} DATABASE_CONN_MAX_AGE=$WSGI_CONN_MAX_AGE $VENV/gunicorn portal.wsgi:application --bind unix:$WSGI_SOCKET --workers $WEB_WORKERS $WORKER_CLASS --timeout 60"
+  [asgi]="env PORTAL_NUM_PROXIES=${PORTAL_NUM_PROXIES:-1} DATABASE_CONN_MAX_AGE=0 $VENV/uvicorn portal.asgi:application --uds $ASGI_SOCKET --workers $ASGI_WORKERS --no-access-log"
   [worker]="$VENV/celery -A portal worker --loglevel=INFO --concurrency=${CELERY_CONCURRENCY:-2} --hostname=portal@%h"
   [beat]="$VENV/celery -A portal beat --loglevel=INFO --schedule=$ROOT/var/run/celerybeat-schedule"
 )
@@ -163,7 +164,7 @@ case "${1:-}" in
     wait_healthy
     ;;
   up)
-    echo "Starting the portal processes: gunicorn $WEB_WORKERS x $WEB_THREADS threads, uvicorn x $ASGI_WORKERS," \
+    echo "Starting the portal processes: gunicorn x $WEB_WORKERS (threads $WEB_THREADS), uvicorn x $ASGI_WORKERS," \
       "Celery worker x ${CELERY_CONCURRENCY:-2}, beat, nginx on http://$HOST:$PORT/"
     nginx_prepare
     for name in "${ORDER[@]}"; do start_one "$name"; done
