@@ -76,6 +76,8 @@ bench: cluster database
 		BENCH_CLUSTER=$$cluster $(PY) bench/job_submission.py; done
 	@set -e; for cluster in $(BENCH_CLUSTERS); do echo "== job sync on $$cluster"; \
 		BENCH_CLUSTER=$$cluster $(PY) bench/job_sync.py; done
+	@set -e; for cluster in $(BENCH_CLUSTERS); do echo "== job state latency on $$cluster"; \
+		BENCH_CLUSTER=$$cluster $(PY) bench/state_latency.py; done
 	$(PY) bench/log_latency.py
 	$(PY) bench/invoice.py
 	$(PY) bench/http_topology.py

@@ -326,6 +326,7 @@ class Topology:
 
 
 WSGI_CONN_MAX_AGE_SECONDS = 60
+ASGI_POOL_SIZE = "4"  # as scripts/portal.sh runs uvicorn (PORTAL_ASGI_DB_POOL)
 
 
 def deployed_topology(*, web_workers: int | None = None, web_threads: int | None = None) -> Topology:
@@ -496,8 +497,8 @@ class Portal:
                 "--no-access-log",
                 "--log-level=warning",
             ],
-            # Set, not inherited: a kept connection under ASGI is the leak portal/env.py describes.
-            {"DATABASE_CONN_MAX_AGE": "0", **proxied},
+            # Set, not inherited: a kept connection under ASGI is the leak portal/env.py describes; a pool is not.
+            {"DATABASE_CONN_MAX_AGE": "0", "DATABASE_POOL_SIZE": ASGI_POOL_SIZE, **proxied},
         )
         if not asgi_alone:
             bind_wsgi = f"unix:{self.wsgi_socket}" if topology.proxy else f"127.0.0.1:{self.port}"

@@ -57,6 +57,7 @@ def database_from_url(url: str) -> dict[str, object]:
     from urllib.parse import unquote, urlsplit
 
     parts = urlsplit(url)
+    pool_size = env_int("DATABASE_POOL_SIZE", 0)
     if parts.scheme not in {"postgres", "postgresql"}:
         raise ConfigurationError(f"DATABASE_URL must start with postgres://, got {parts.scheme!r}")
     return {
@@ -69,6 +70,9 @@ def database_from_url(url: str) -> dict[str, object]:
         # 0: closed at the end of each request. Under ASGI each request does its database work in a thread of
         # its own, and a connection kept for reuse outlives that thread: under load PostgreSQL soon refuses new
         # clients ("too many clients already"). Raise it only for a WSGI server or with a pooler in front.
-        "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 0),
-        "CONN_HEALTH_CHECKS": True,
+        "CONN_MAX_AGE": 0 if pool_size else env_int("DATABASE_CONN_MAX_AGE", 0),
+        "CONN_HEALTH_CHECKS": not pool_size,
+        # DATABASE_POOL_SIZE > 0: a process-wide pool of at most that many connections (psycopg_pool), which a
+        # closed connection returns to. For the ASGI server, whose handshakes would otherwise each open one.
+        "OPTIONS": {"pool": {"min_size": 1, "max_size": pool_size, "timeout": 30}} if pool_size else {},
     }

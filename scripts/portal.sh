@@ -18,6 +18,7 @@ WEB_WORKERS="${PORTAL_WEB_WORKERS:-$((2 * CORES + 1))}"
 WEB_THREADS="${PORTAL_WEB_THREADS:-1}"
 ASGI_WORKERS="${PORTAL_ASGI_WORKERS:-1}"
 WSGI_CONN_MAX_AGE="${DATABASE_CONN_MAX_AGE:-60}"
+ASGI_POOL_SIZE="${PORTAL_ASGI_DB_POOL:-4}"
 WSGI_SOCKET="$RUN_DIR/wsgi.sock"
 ASGI_SOCKET="$RUN_DIR/asgi.sock"
 NGINX_CONF="$RUN_DIR/nginx/nginx.conf"
@@ -27,11 +28,12 @@ if ((WEB_THREADS > 1)); then WORKER_CLASS="--worker-class=gthread --threads=$WEB
 
 # name -> command line; each runs in the background with its pid in var/run/<name>.pid. Behind nginx the rate
 # limits read the client's address from X-Forwarded-For (PORTAL_NUM_PROXIES=1). Under uvicorn a database
-# connection kept for reuse outlives its request's thread (portal/env.py), so only gunicorn keeps them.
+# connection kept for reuse outlives its request's thread (portal/env.py), so only gunicorn keeps them; uvicorn
+# returns its connections to a pool of PORTAL_ASGI_DB_POOL per process (a WebSocket handshake opens none).
 declare -A COMMANDS=(
   [nginx]="/usr/sbin/nginx -c $NGINX_CONF -e $LOG_DIR/nginx.log"
   [wsgi]="env PORTAL_NUM_PROXIES=${PORTAL_NUM_PROXIES:-1} DATABASE_CONN_MAX_AGE=$WSGI_CONN_MAX_AGE $VENV/gunicorn portal.wsgi:application --bind unix:$WSGI_SOCKET --workers $WEB_WORKERS $WORKER_CLASS --timeout 60"
-  [asgi]="env PORTAL_NUM_PROXIES=${PORTAL_NUM_PROXIES:-1} DATABASE_CONN_MAX_AGE=0 $VENV/uvicorn portal.asgi:application --uds $ASGI_SOCKET --workers $ASGI_WORKERS --no-access-log"
+  [asgi]="env PORTAL_NUM_PROXIES=${PORTAL_NUM_PROXIES:-1} DATABASE_CONN_MAX_AGE=0 DATABASE_POOL_SIZE=$ASGI_POOL_SIZE $VENV/uvicorn portal.asgi:application --uds $ASGI_SOCKET --workers $ASGI_WORKERS --no-access-log"
   [worker]="$VENV/celery -A portal worker --loglevel=INFO --concurrency=${CELERY_CONCURRENCY:-2} --hostname=portal@%h"
   [beat]="$VENV/celery -A portal beat --loglevel=INFO --schedule=$ROOT/var/run/celerybeat-schedule"
 )
