@@ -4,7 +4,7 @@
 #   local   Slurm 22.05 from this host's packages (below)                         slurmrestd 127.0.0.1:6820
 #   north   Slurm 24.11 from Debian 13 in a chroot (scripts/slurm-chroot.sh)       slurmrestd 127.0.0.1:6920
 #   south   Slurm 26.05 from Debian unstable in a chroot (scripts/slurm-chroot.sh) slurmrestd 127.0.0.1:7020
-# LOCAL_CLUSTERS="local north" brings up only some of them. A newer cluster whose chroot cannot be built (no
+# LOCAL_CLUSTERS="local north" brings up (and down stops) only some of them. A newer cluster whose chroot cannot be built (no
 # Debian package registry) is reported and skipped: the others still come up. Each cluster that is up is
 # described in /var/lib/gpuportal/clusters/NAME.json, which the demo and the tests read.
 #
@@ -501,7 +501,7 @@ local_up() {
 cmd_down() {
     local c
     for c in "${NEWER_CLUSTERS[@]}"; do bash "$SCRIPT_DIR/slurm-chroot.sh" down "$c"; done
-    local_down
+    if wants_local; then local_down; fi  # LOCAL_CLUSTERS="north" stops north alone, as `up` starts it alone
 }
 
 local_down() {
