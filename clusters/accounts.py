@@ -45,7 +45,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Protocol
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from clusters.clients import slurm_client_for
@@ -226,6 +226,29 @@ def cluster_slurm_reconcile(*, cluster_id: int) -> SlurmDriftReport:
     return report
 
 
+# One writer of a cluster's associations at a time -----------------------------------------------------------
+
+# Namespace of the advisory locks below (the first of PostgreSQL's two lock keys; the cluster's id is the second).
+_ASSOCIATIONS_LOCK_NAMESPACE = 0x534C  # "SL"
+
+
+def slurm_associations_lock(*, cluster_id: int, wait: bool = True) -> bool:
+    """Hold the cluster's association lock until the current transaction ends; False when `wait` is off and
+    another transaction holds it.
+
+    Every change of a cluster's accounts, associations and limits (a project's sync, the reconcile, the limit
+    writes) takes it first, so they happen one at a time per cluster: on 22.05 a limit is changed by moving the
+    account away and back, and moves that raced other association changes left slurmdbd's association tree
+    broken ("Can't find parent id"), after which slurmdbd crashes on every move. An advisory lock, not a lock
+    on the cluster's row: that one would also block (and deadlock with) every insert referencing the cluster.
+    """
+    function = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(%s, %s)", [_ASSOCIATIONS_LOCK_NAMESPACE, cluster_id])
+        row = cursor.fetchone()
+    return wait or bool(row and row[0])
+
+
 # Syncing one project -----------------------------------------------------------------------------------
 
 
@@ -256,6 +279,7 @@ def _project_sync_on_cluster(*, project_id: int, cluster: Cluster) -> SlurmRetry
     client = slurm_client_for(cluster)
     findings: list[Finding] = []
     with transaction.atomic():
+        slurm_associations_lock(cluster_id=cluster.pk)
         # The row lock serialises syncs of one project, and the memberships are read only once it is held:
         # an older sync cannot undo a newer one by applying memberships it read earlier.
         row = (
@@ -515,11 +539,13 @@ def _reconcile(*, cluster: Cluster, client: SlurmClient, findings: list[Finding]
     _ensure_rows(project_ids=[target.project_id for target in targets], clusters=[cluster])
 
     parent_usable: dict[str, bool] = {}
-    for target in targets:
-        if target.parent_account not in parent_usable:
-            parent_findings, usable = _parent_in_line(client=client, cluster=cluster, target=target, view=view)
-            findings.extend(parent_findings)
-            parent_usable[target.parent_account] = usable
+    with transaction.atomic():
+        slurm_associations_lock(cluster_id=cluster.pk)
+        for target in targets:
+            if target.parent_account not in parent_usable:
+                parent_findings, usable = _parent_in_line(client=client, cluster=cluster, target=target, view=view)
+                findings.extend(parent_findings)
+                parent_usable[target.parent_account] = usable
 
     in_line = []
     for target in targets:
@@ -556,6 +582,8 @@ def _reconcile_project(
     with transaction.atomic():
         # A sync holding the row is bringing the project in line right now; one that finished after the
         # associations were read has done so already. Either way the snapshot is stale for this project.
+        if not slurm_associations_lock(cluster_id=cluster.pk, wait=False):
+            return []
         row = (
             ProjectSlurmAccount.objects.select_for_update(of=("self",), no_key=True, skip_locked=True)
             .filter(project_id=target.project_id, cluster=cluster)

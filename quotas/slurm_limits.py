@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from clusters.accounts import Finding, attempt
+from clusters.accounts import Finding, attempt, slurm_associations_lock
 from clusters.clients import slurm_client_for
 from clusters.models import Cluster, ProjectSlurmAccount, SlurmDriftKind
 from clusters.selectors import ProjectSlurmTarget
@@ -156,6 +156,7 @@ def quota_limit_sync(
     quota_limit_state_ensure(project_id=project_id, cluster_id=cluster_id)
     client = client or slurm_client_for(cluster)
     with transaction.atomic():
+        slurm_associations_lock(cluster_id=cluster.pk)
         row = (
             ProjectSlurmAccount.objects.select_for_update(of=("self",), no_key=True)
             .filter(project_id=project_id, cluster=cluster)
@@ -367,6 +368,8 @@ def _limit_in_line(
     quota_limit_state_ensure(project_id=target.project_id, cluster_id=cluster.pk)
     with transaction.atomic():
         # A sync or limit write holding the rows is changing the account right now; skip it this run.
+        if not slurm_associations_lock(cluster_id=cluster.pk, wait=False):
+            return None
         row = (
             ProjectSlurmAccount.objects.select_for_update(of=("self",), no_key=True, skip_locked=True)
             .filter(project_id=target.project_id, cluster=cluster)

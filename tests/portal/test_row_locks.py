@@ -10,10 +10,10 @@ from typing import Any
 import psycopg
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from psycopg import sql
 
-from clusters.accounts import project_slurm_sync
+from clusters.accounts import project_slurm_sync, slurm_associations_lock
 from clusters.models import Cluster
 from clusters.slurm import SlurmUnavailable
 from tests.factories import make_project, make_tenant
@@ -89,3 +89,20 @@ def test_a_project_sync_holding_its_row_lock_does_not_block_inserts_on_the_clust
         project_slurm_sync(project_id=project.pk)
 
     assert probes == [(True, True)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_writer_of_a_clusters_associations_at_a_time() -> None:
+    """What the cluster row's lock did by accident before, on purpose: association changes of one cluster never
+    overlap (22.05's account moves that raced each other broke slurmdbd's association tree)."""
+    with transaction.atomic():
+        assert slurm_associations_lock(cluster_id=7) is True
+        database = connection.settings_dict
+        with psycopg.connect(
+            host=database["HOST"], port=database["PORT"], user=database["USER"], dbname=database["NAME"]
+        ) as other:
+            held = other.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [0x534C, 7]).fetchone()
+            free = other.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [0x534C, 8]).fetchone()
+    assert (held, free) == ((False,), (True,))
+    with transaction.atomic():
+        assert slurm_associations_lock(cluster_id=7, wait=False) is True  # released with the transaction
