@@ -91,6 +91,7 @@ def slurm_account(slurm_client: SlurmClient, slurm_parent_account: str) -> Itera
 
 
 def _remove_account(client: SlurmClient, name: str) -> None:
+    celery_workers_idle()  # never under a worker's sync of it (see tests/jobs/conftest.py)
     # slurmdbd refuses to delete an account while a cancelled job is still completing: retry briefly.
     for _ in range(20):
         try:

@@ -19,6 +19,7 @@ from clusters.slurm import SlurmClient, SlurmError
 from jobs.job_sync import SyncResult, cluster_jobs_sync
 from jobs.models import Job
 from tenants.models import Project
+from tests.conftest import celery_workers_idle
 from tests.factories import add_project_member, grant_allocation, make_project, make_tenant, make_user
 from tests.live_clusters import LiveCluster
 
@@ -148,6 +149,9 @@ def _live_project(
 
 
 def _remove_from_slurm(client: SlurmClient, *, account: str, parent: str, cluster: str = "local") -> None:
+    # Not while the session's worker may still be syncing this project: a parent account deleted under a sync
+    # that is adding associations to it leaves slurmdbd's association tree broken for every later test.
+    celery_workers_idle()
     listing = client.list_jobs()
     for job in listing.jobs if listing else ():
         if job.account == account and not job.state.is_finished:
