@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from psycopg import sql
 
-from clusters.accounts import project_slurm_sync, slurm_associations_lock
+from clusters.accounts import _ASSOCIATIONS_LOCK_NAMESPACE, project_slurm_sync, slurm_associations_lock
 from clusters.models import Cluster
 from clusters.slurm import SlurmUnavailable
 from tests.factories import make_project, make_tenant
@@ -45,12 +45,21 @@ def test_every_row_lock_names_the_rows_it_locks() -> None:
     assert unnamed == []
 
 
+def _other_connection(*, autocommit: bool = False) -> psycopg.Connection[Any]:
+    """A second connection to the test database, beside Django's."""
+    database = connection.settings_dict
+    return psycopg.connect(
+        host=database["HOST"],
+        port=database["PORT"],
+        user=database["USER"],
+        dbname=database["NAME"],
+        autocommit=autocommit,
+    )
+
+
 def _key_share_free(table: str, pk: int) -> bool:
     """Whether another connection could insert a row referencing table's row pk now (its foreign-key check)."""
-    database = connection.settings_dict
-    with psycopg.connect(
-        host=database["HOST"], port=database["PORT"], user=database["USER"], dbname=database["NAME"], autocommit=True
-    ) as other:
+    with _other_connection(autocommit=True) as other:
         try:
             other.execute(
                 sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR KEY SHARE NOWAIT").format(sql.Identifier(table)), [pk]
@@ -97,12 +106,10 @@ def test_one_writer_of_a_clusters_associations_at_a_time() -> None:
     overlap (22.05's account moves that raced each other broke slurmdbd's association tree)."""
     with transaction.atomic():
         assert slurm_associations_lock(cluster_id=7) is True
-        database = connection.settings_dict
-        with psycopg.connect(
-            host=database["HOST"], port=database["PORT"], user=database["USER"], dbname=database["NAME"]
-        ) as other:
-            held = other.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [0x534C, 7]).fetchone()
-            free = other.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [0x534C, 8]).fetchone()
+        with _other_connection() as other:
+            lock = "SELECT pg_try_advisory_xact_lock(%s, %s)"
+            held = other.execute(lock, [_ASSOCIATIONS_LOCK_NAMESPACE, 7]).fetchone()
+            free = other.execute(lock, [_ASSOCIATIONS_LOCK_NAMESPACE, 8]).fetchone()
     assert (held, free) == ((False,), (True,))
     with transaction.atomic():
         assert slurm_associations_lock(cluster_id=7, wait=False) is True  # released with the transaction
