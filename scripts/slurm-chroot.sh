@@ -93,9 +93,12 @@ mirror_url() {
 ensure_debootstrap() {
     command -v debootstrap >/dev/null 2>&1 && return 0
     log "installing debootstrap"
-    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null 2>&1; } \
-        || { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 \
-            && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null 2>&1; } \
+    # Both chroots are built side by side: the second install waits for the first one's dpkg lock (a fresh
+    # machine marked a cluster unavailable when its install found the lock taken).
+    local apt=(apt-get -o DPkg::Lock::Timeout=600 -y -qq)
+    { DEBIAN_FRONTEND=noninteractive "${apt[@]}" install debootstrap >/dev/null 2>&1; } \
+        || { DEBIAN_FRONTEND=noninteractive "${apt[@]}" update >/dev/null 2>&1 \
+            && DEBIAN_FRONTEND=noninteractive "${apt[@]}" install debootstrap >/dev/null 2>&1; } \
         || unavailable "debootstrap is not installed and could not be installed from the Debian package registry"
 }
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import transaction
 from rest_framework.test import APIClient
 
 from clusters.accounts import project_slurm_sync
@@ -123,14 +124,20 @@ def contract_project(live: LiveCluster) -> Iterator[LiveProject]:
 def _live_project(
     cluster: Cluster, slurm_client: SlurmClient, *, partition: str = "h100", gpu_type: str = "h100"
 ) -> Iterator[LiveProject]:
-    member, manager = make_user(), make_user()
-    ClusterAccount.objects.create(cluster=cluster, user=member, username="alice")
-    ClusterAccount.objects.create(cluster=cluster, user=manager, username="bob")
-    tenant = make_tenant()
-    project = make_project(tenant)
-    add_project_member(project, member, "member")
-    add_project_member(project, manager, "manager")
-    grant_allocation(project, cluster)
+    # One transaction, so the tasks its services queue (the project's Slurm sync, the limit sync) reach the
+    # session's worker only once everything exists; they are dropped then, and the fixture syncs the project
+    # itself. A worker syncing the project while the fixture was still writing it deadlocked on the cluster's
+    # row once in CI.
+    with transaction.atomic():
+        member, manager = make_user(), make_user()
+        ClusterAccount.objects.create(cluster=cluster, user=member, username="alice")
+        ClusterAccount.objects.create(cluster=cluster, user=manager, username="bob")
+        tenant = make_tenant()
+        project = make_project(tenant)
+        add_project_member(project, member, "member")
+        add_project_member(project, manager, "manager")
+        grant_allocation(project, cluster)
+    celery_workers_idle()
     project_slurm_sync(project_id=project.pk)
     api = APIClient()
     api.force_authenticate(member)
