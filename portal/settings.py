@@ -237,6 +237,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "portal.api_errors.schema_errors_everywhere",
+        "portal.api_inputs.bodies_closed_in_schema",
     ],
     # Several models have a field named "state"; each choice set gets its own name in the schema.
     "ENUM_NAME_OVERRIDES": {
