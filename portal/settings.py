@@ -211,7 +211,7 @@ REST_FRAMEWORK = {
     # Guessing limits per client address (tenants/throttles.py): password attempts at the login form and
     # POST /api/v1/tokens/ together, and requests with unknown, expired or revoked bearer tokens.
     "DEFAULT_THROTTLE_RATES": {
-        "login": env_str("API_LOGIN_THROTTLE_RATE", "10/min"),
+        "login": env_str("API_LOGIN_THROTTLE_RATE", "30/min"),
         "token_guess": env_str("API_TOKEN_GUESS_THROTTLE_RATE", "30/min"),
     },
     # Throttles key on the client address. With 0, X-Forwarded-For is ignored (a client could forge it);

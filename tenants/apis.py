@@ -39,7 +39,7 @@ from tenants.models import (
     TenantRole,
 )
 from tenants.selectors import ProjectAction, TenantAction
-from tenants.throttles import PasswordLoginThrottle
+from tenants.throttles import PasswordGuessingThrottled, password_attempt_wait, password_failure_record, request_address
 
 # Output serializers ------------------------------------------------------------------------------------
 
@@ -520,11 +520,6 @@ class TokenListApi(generics.ListAPIView):  # type: ignore[type-arg]
             return [AllowAny()]
         return list(super().get_permissions())
 
-    def get_throttles(self) -> list[Any]:
-        if self.request.method == "POST":
-            return [PasswordLoginThrottle()]
-        return list(super().get_throttles())
-
     def get_queryset(self) -> QuerySet[ApiToken]:
         return selectors.token_list_for_user(user=self.request.user)
 
@@ -538,8 +533,14 @@ class TokenListApi(generics.ListAPIView):  # type: ignore[type-arg]
         if request.user.is_authenticated:
             user = request.user
         elif username and password:
+            # Only wrong passwords count (tenants/throttles.py), and the limit is checked before the password.
+            address = request_address(request)
+            wait = password_attempt_wait(address=address, username=username)
+            if wait is not None:
+                raise PasswordGuessingThrottled(wait)
             authenticated = authenticate(request._request, username=username, password=password)
             if authenticated is None:
+                password_failure_record(address=address, username=username)
                 raise exceptions.AuthenticationFailed("Wrong username or password")
             user = authenticated
         else:

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from drf_spectacular.generators import SchemaGenerator
 
 from tenants.models import ApiToken
 from tests.factories import add_tenant_member, make_tenant, make_user
@@ -29,11 +28,9 @@ def test_an_unknown_field_is_named_with_the_fields_the_operation_takes(client: C
     assert not ApiToken.objects.filter(user=admin).exists()
 
 
-def test_the_schema_declares_request_bodies_closed() -> None:
-    schema = SchemaGenerator().get_schema(request=None, public=True)
-    components = schema["components"]["schemas"]
+def test_the_schema_declares_request_bodies_closed(client: Client) -> None:
+    served = client.get("/api/schema/", {"format": "json"})
+    components = served.json()["components"]["schemas"]
 
     assert components["JobSubmitInputRequest"]["additionalProperties"] is False
     assert components["TokenCreateInputRequest"]["additionalProperties"] is False
-    # Query filters are not bodies: the pagination and format parameters pass through them.
-    assert "additionalProperties" not in components.get("JobTemplateFilterInputRequest", {})
