@@ -203,7 +203,8 @@ _ACTIVE = {JobState.QUEUED, JobState.PENDING, JobState.RUNNING}
                 description="Send the same key when retrying: the job is created once, and the retry gets it back",
             )
         ],
-        responses={202: JobSubmitOutput, 200: JobSubmitOutput, **ERRORS},
+        # 409: the quota refusals (`quota_exceeded`, `no_allocation`), the most important answer to parse.
+        responses={202: JobSubmitOutput, 200: JobSubmitOutput, **ERRORS_WITH_CONFLICT},
     ),
 )
 class JobListApi(generics.ListAPIView):  # type: ignore[type-arg]
