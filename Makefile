@@ -5,6 +5,9 @@ DB_NAME ?= gpuportal
 
 .PHONY: demo test venv services cluster database migrate seed portal stop lint bench browser drills load
 
+# The demo is production on one machine, with one convenience: plain HTTP on loopback, so no TLS certificate
+# is needed (README, "Configuration": PORTAL_HTTPS). Everything else runs with the production defaults.
+demo: export PORTAL_HTTPS = false
 demo: cluster database seed portal ## Everything, with demo data, on http://127.0.0.1:8000
 	@$(PY) manage.py shell -v 0 -c "from clusters.tasks import cluster_sync_all, slurm_reconcile_all; cluster_sync_all.delay(); slurm_reconcile_all.delay()"
 	@bash scripts/portal.sh wait-healthy

@@ -47,6 +47,8 @@ BENCH_ENVIRONMENT = {
     "REDIS_URL": f"{_REDIS_BASE}/{_CACHE_DB}",
     # Production-like: with DEBUG on, Django keeps every query of a process in memory.
     "PORTAL_DEBUG": "false",
+    # As the demo: plain HTTP on loopback (the checkout's own secret key, var/secret_key, is read as usual).
+    "PORTAL_HTTPS": "false",
     "PORTAL_LOG_LEVEL": "WARNING",
 }
 os.environ.update(BENCH_ENVIRONMENT)

@@ -24,6 +24,7 @@ from billing.models import Invoice, InvoiceLine, InvoiceState
 from billing.selectors import invoice_get_for_user, invoice_lines, invoice_list_for_user, rate_get, rate_list
 from clusters.models import Cluster
 from portal.api_errors import ERRORS, ERRORS_WITH_CONFLICT
+from portal.api_inputs import BodyInput
 from portal.api_pagination import PagePagination
 from quotas.models import period_start
 from quotas.units import gpu_seconds_to_hours
@@ -89,7 +90,7 @@ class DateOrDateTimeField(serializers.Field[datetime, Any, Any, Any]):
         return value.isoformat()
 
 
-class RateCreateInput(serializers.Serializer[Any]):
+class RateCreateInput(BodyInput):
     cluster = serializers.CharField()
     gpu_type = serializers.CharField(required=False, allow_blank=True, default="", help_text="Empty: any type")
     price_per_gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0)
@@ -98,7 +99,7 @@ class RateCreateInput(serializers.Serializer[Any]):
     note = serializers.CharField(required=False, allow_blank=True, default="", max_length=300)
 
 
-class RateUpdateInput(serializers.Serializer[Any]):
+class RateUpdateInput(BodyInput):
     price_per_gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0, required=False)
     currency = serializers.RegexField(r"^[A-Za-z]{3}$", required=False)
     valid_from = DateOrDateTimeField(required=False)

@@ -29,6 +29,7 @@ from billing.spend import (
 )
 from jobs.job_services import JobRequest
 from portal.api_errors import ERRORS
+from portal.api_inputs import BodyInput
 from quotas.apis import gpu_hours_field
 from quotas.units import gpu_seconds_to_hours
 from tenants.selectors import ProjectAction, project_get_by_label_for_user
@@ -46,7 +47,7 @@ def _amount(value: Decimal | None) -> str | None:
 # Estimates ---------------------------------------------------------------------------------------------
 
 
-class EstimateInput(serializers.Serializer[Any]):
+class EstimateInput(BodyInput):
     project = serializers.CharField(help_text="tenant/project, e.g. acme/vision")
     cluster = serializers.CharField(help_text="A cluster from GET /api/v1/clusters/")
     partition = serializers.CharField(required=False, help_text="Default: the cluster's default partition")

@@ -18,6 +18,7 @@ from billing.apis import DateOrDateTimeField, cluster_named
 from billing.models import ReconciliationKind, ReconciliationReport, ReconciliationState
 from billing.reconciliation import reconciliation_report_path
 from portal.api_errors import ERRORS
+from portal.api_inputs import BodyInput
 from portal.api_pagination import PagePagination
 
 
@@ -89,7 +90,7 @@ class ReconciliationReportFilterInput(serializers.Serializer[Any]):
     state = serializers.ChoiceField(choices=ReconciliationState.choices, required=False)
 
 
-class ReconciliationReportCreateInput(serializers.Serializer[Any]):
+class ReconciliationReportCreateInput(BodyInput):
     cluster = serializers.CharField(help_text="A cluster's name")
     start = DateOrDateTimeField(help_text="A date (midnight UTC) or a date-time with its offset")
     end = DateOrDateTimeField(

@@ -1,7 +1,6 @@
-"""The browser's login form: Django's own view, with failed attempts limited per client address.
-
-The limit is the `login` rate (API_LOGIN_THROTTLE_RATE), counted together with `POST /api/v1/tokens/`
-(tenants/throttles.py). Over it, the form is shown again with the wait and the password is not checked.
+"""The browser's login form: Django's own view, with wrong passwords limited per client address and per
+account from that address, together with `POST /api/v1/tokens/` (tenants/throttles.py). Over a limit, the form
+is shown again with the wait and the password is not checked.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse
 
-from tenants.throttles import LoginFailureThrottle, request_address
+from tenants.throttles import password_attempt_wait, password_failure_record, request_address
 
 
 def _wait_text(seconds: int) -> str:
@@ -26,18 +25,20 @@ class LoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        wait = LoginFailureThrottle().blocked_for(request_address(request))
+        wait = password_attempt_wait(address=request_address(request), username=request.POST.get("username", ""))
         if wait is not None:
             return self._throttled(wait)
         return super().post(request, *args, **kwargs)
 
     def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
-        LoginFailureThrottle().record_failure(request_address(self.request))
+        username = self.request.POST.get("username", "")
+        password_failure_record(address=request_address(self.request), username=username)
         return super().form_invalid(form)
 
     def _throttled(self, wait: int) -> HttpResponse:
         message = (
-            f"Too many failed log-in attempts came from your address. Wait {_wait_text(wait)}, then try again; "
+            f"Too many failed log-in attempts came from your address, or for this account from it. Wait "
+            f"{_wait_text(wait)}, then try again; "
             "if you have forgotten your password, ask your portal admin to reset it."
         )
         context = self.get_context_data(form=self.get_form_class()(self.request), throttled=message)

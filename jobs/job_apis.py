@@ -35,6 +35,7 @@ from jobs.selectors import (
 )
 from jobs.templates import BUILTIN_TEMPLATES, BuiltinTemplate
 from portal.api_errors import ERRORS, ERRORS_WITH_CONFLICT
+from portal.api_inputs import BodyInput
 from portal.api_pagination import PagePagination
 from portal.errors import Conflict
 from tenants.models import Project
@@ -137,7 +138,7 @@ class JobSubmitOutput(JobDetailOutput):
         return list(JobTransitionOutput(self.context["transitions"], many=True).data)
 
 
-class JobSubmitInput(serializers.Serializer[Any]):
+class JobSubmitInput(BodyInput):
     project = serializers.CharField(help_text="tenant/project, e.g. acme/vision")
     cluster = serializers.CharField(help_text="A cluster from GET /api/v1/clusters/")
     partition = serializers.CharField(required=False, help_text="Default: the cluster's default partition")
@@ -202,7 +203,8 @@ _ACTIVE = {JobState.QUEUED, JobState.PENDING, JobState.RUNNING}
                 description="Send the same key when retrying: the job is created once, and the retry gets it back",
             )
         ],
-        responses={202: JobSubmitOutput, 200: JobSubmitOutput, **ERRORS},
+        # 409: the quota refusals (`quota_exceeded`, `no_allocation`), the most important answer to parse.
+        responses={202: JobSubmitOutput, 200: JobSubmitOutput, **ERRORS_WITH_CONFLICT},
     ),
 )
 class JobListApi(generics.ListAPIView):  # type: ignore[type-arg]
@@ -308,7 +310,7 @@ def _template_data(template: JobTemplate | BuiltinTemplate) -> dict[str, Any]:
     }
 
 
-class JobTemplateInput(serializers.Serializer[Any]):
+class JobTemplateInput(BodyInput):
     name = serializers.CharField(max_length=100)
     description = serializers.CharField(required=False, allow_blank=True, max_length=5000)
     script = serializers.CharField(trim_whitespace=False, max_length=10_000_000)

@@ -137,8 +137,10 @@ class JobLogDownloadApi(APIView):
             OpenApiParameter("Range", OpenApiTypes.STR, OpenApiParameter.HEADER, description="e.g. bytes=-65536"),
         ],
         responses={
-            (200, "text/plain"): OpenApiResponse(OpenApiTypes.BINARY, description="The whole file"),
-            (206, "text/plain"): OpenApiResponse(OpenApiTypes.BINARY, description="The requested byte range"),
+            # Text (a string), not `format: binary`: generated clients then read the body as text, where a
+            # binary text/plain answer made openapi-python-client's code crash (BytesIO(response.text)).
+            (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="The whole file"),
+            (206, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="The requested byte range"),
             416: OpenApiResponse(ERROR_SHAPE, description="The range lies beyond the end of the file"),
             **ERRORS,
         },

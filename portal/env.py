@@ -52,6 +52,29 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+# Django's development key: only ever used with PORTAL_DEBUG on, and refused without it.
+DEVELOPMENT_SECRET_KEY = "dev-only-insecure-secret-key-change-me"
+
+
+def secret_key(*, debug: bool, generated: Path) -> str:
+    """PORTAL_SECRET_KEY (or the file PORTAL_SECRET_KEY_FILE names); else the key generated for this checkout
+    (`generated`, made by scripts/bootstrap.sh, so by `make demo` and `make test`); else, with PORTAL_DEBUG on
+    only, the development key. Without debug the portal never starts on a key anyone could know."""
+    key = env_str("PORTAL_SECRET_KEY", "")
+    if not key and generated.is_file():
+        key = generated.read_text().strip()
+    if debug and not key:
+        return DEVELOPMENT_SECRET_KEY
+    if not key or key == DEVELOPMENT_SECRET_KEY:
+        raise ConfigurationError(
+            "PORTAL_SECRET_KEY is not set (or is the development key): set it, or PORTAL_SECRET_KEY_FILE to a file "
+            "holding it, to a long random value, e.g. the output of "
+            "`python3 -c 'import secrets; print(secrets.token_urlsafe(50))'`; `make venv` writes one to "
+            f"{generated}. Only PORTAL_DEBUG=true runs without one."
+        )
+    return key
+
+
 def database_from_url(url: str) -> dict[str, object]:
     """Django's DATABASES entry for a `postgres://user:password@host:port/name` URL."""
     from urllib.parse import unquote, urlsplit

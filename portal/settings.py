@@ -8,14 +8,32 @@ from celery.schedules import crontab  # noqa: F401  (kept for beat schedules add
 from csp.constants import NONE as CSP_NONE
 from csp.constants import SELF as CSP_SELF
 
-from portal.env import database_from_url, env_bool, env_int, env_list, env_str
+from portal.env import database_from_url, env_bool, env_int, env_list, env_str, secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-DEBUG = env_bool("PORTAL_DEBUG", True)
-SECRET_KEY = env_str("PORTAL_SECRET_KEY", "dev-only-insecure-secret-key-change-me")
+# Production unless told otherwise: no debug pages, a secret key of this installation's own (README,
+# "Configuration"); `PORTAL_DEBUG=true` is for development on one's own machine.
+DEBUG = env_bool("PORTAL_DEBUG", False)
+SECRET_KEY = secret_key(debug=DEBUG, generated=BASE_DIR / "var" / "secret_key")
 ALLOWED_HOSTS = env_list("PORTAL_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("PORTAL_CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"])
+
+# Served over HTTPS (README, "Operations"): cookies only travel over TLS, browsers are told to keep to HTTPS
+# (HSTS) and plain HTTP is redirected, except the health check that load balancers ask over HTTP. On by default
+# without debug; the demo serves plain HTTP on loopback and turns it off (PORTAL_HTTPS=false, Makefile).
+PORTAL_HTTPS = env_bool("PORTAL_HTTPS", not DEBUG)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = PORTAL_HTTPS
+SECURE_SSL_REDIRECT = PORTAL_HTTPS
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = env_int("PORTAL_HSTS_SECONDS", 365 * 24 * 3600 if PORTAL_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("PORTAL_HSTS_INCLUDE_SUBDOMAINS", True)
+# Asking browsers to preload the domain is the site's own decision about its whole domain: opt in.
+SECURE_HSTS_PRELOAD = env_bool("PORTAL_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+# Behind PORTAL_NUM_PROXIES trusted proxies (nginx in scripts/portal.sh), the request was HTTPS when the proxy
+# says so; nginx sets X-Forwarded-Proto itself, so a client cannot.
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_int("PORTAL_NUM_PROXIES", 0) else None
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -193,7 +211,7 @@ REST_FRAMEWORK = {
     # Guessing limits per client address (tenants/throttles.py): password attempts at the login form and
     # POST /api/v1/tokens/ together, and requests with unknown, expired or revoked bearer tokens.
     "DEFAULT_THROTTLE_RATES": {
-        "login": env_str("API_LOGIN_THROTTLE_RATE", "10/min"),
+        "login": env_str("API_LOGIN_THROTTLE_RATE", "30/min"),
         "token_guess": env_str("API_TOKEN_GUESS_THROTTLE_RATE", "30/min"),
     },
     # Throttles key on the client address. With 0, X-Forwarded-For is ignored (a client could forge it);
@@ -219,6 +237,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "portal.api_errors.schema_errors_everywhere",
+        "portal.api_inputs.bodies_closed_in_schema",
     ],
     # Several models have a field named "state"; each choice set gets its own name in the schema.
     "ENUM_NAME_OVERRIDES": {

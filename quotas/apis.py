@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.api_errors import ERRORS, ERRORS_WITH_CONFLICT
+from portal.api_inputs import BodyInput
 from portal.api_pagination import PagePagination
 from quotas import services
 from quotas.models import Allocation, LedgerKind, QuotaLimitState
@@ -114,7 +115,7 @@ class AllocationFilterInput(serializers.Serializer[Any]):
     current = serializers.BooleanField(required=False, allow_null=True, default=None, help_text="Only open now")
 
 
-class AllocationCreateInput(serializers.Serializer[Any]):
+class AllocationCreateInput(BodyInput):
     project = serializers.CharField(help_text="tenant/project, e.g. acme/vision")
     cluster = serializers.CharField()
     gpu_type = serializers.CharField(required=False, allow_blank=True, default="", help_text="Empty: any type")
@@ -124,7 +125,7 @@ class AllocationCreateInput(serializers.Serializer[Any]):
     note = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
 
-class AllocationGrantInput(serializers.Serializer[Any]):
+class AllocationGrantInput(BodyInput):
     gpu_hours = serializers.DecimalField(
         max_digits=12, decimal_places=2, help_text="Added to the allocation; negative takes unused hours back"
     )

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.api_errors import ERRORS, ERRORS_WITH_CONFLICT
+from portal.api_inputs import BodyInput
 from portal.api_pagination import PagePagination
 from quotas import requests as quota_requests
 from quotas.apis import AllocationBalanceOutput, allocation_balance_data, gpu_hours_field
@@ -86,7 +87,7 @@ def _reload(request: Request, request_id: int) -> QuotaRequest:
     return quota_request_get_for_user(user=request.user, request_id=request_id)
 
 
-class QuotaRequestCreateInput(serializers.Serializer[Any]):
+class QuotaRequestCreateInput(BodyInput):
     gpu_hours = serializers.DecimalField(max_digits=12, decimal_places=2, help_text="e.g. 20 or 12.5")
     justification = serializers.CharField(
         allow_blank=True, max_length=5000, help_text="What the hours are for; the admins decide on it"
@@ -167,7 +168,7 @@ class QuotaRequestDetailApi(APIView):
         return Response(QuotaRequestOutput(_request_data(_reload(request, request_id))).data)
 
 
-class QuotaRequestDecideInput(serializers.Serializer[Any]):
+class QuotaRequestDecideInput(BodyInput):
     approve_gpu_hours = serializers.DecimalField(
         max_digits=12,
         decimal_places=2,
@@ -258,7 +259,7 @@ class TenantPoolFilterInput(serializers.Serializer[Any]):
     tenant = serializers.CharField(required=False, help_text="A tenant's slug")
 
 
-class TenantPoolCreateInput(serializers.Serializer[Any]):
+class TenantPoolCreateInput(BodyInput):
     tenant = serializers.CharField(help_text="A tenant's slug")
     cluster = serializers.CharField()
     gpu_hours = serializers.DecimalField(max_digits=12, decimal_places=2)

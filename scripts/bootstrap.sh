@@ -41,3 +41,10 @@ if [[ ! -f "$stamp" ]]; then
   touch "$stamp"
 fi
 bash scripts/frontend.sh
+
+# This checkout's own secret key (git-ignored, readable by its owner only), which the portal reads when neither
+# PORTAL_SECRET_KEY nor PORTAL_SECRET_KEY_FILE is set: the demo and the tests never run on a published key.
+if [[ ! -s var/secret_key ]]; then
+  mkdir -p var
+  (umask 077 && .venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(50))' > var/secret_key)
+fi

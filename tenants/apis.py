@@ -23,6 +23,7 @@ from rest_framework.response import Response
 
 from portal.api_errors import ERRORS
 from portal.api_filters import UtcIsoDateTimeFilter
+from portal.api_inputs import BodyInput
 from tenants import selectors, services
 from tenants.authentication import BearerTokenAuthentication
 from tenants.models import (
@@ -38,7 +39,7 @@ from tenants.models import (
     TenantRole,
 )
 from tenants.selectors import ProjectAction, TenantAction
-from tenants.throttles import PasswordLoginThrottle
+from tenants.throttles import PasswordGuessingThrottled, password_attempt_wait, password_failure_record, request_address
 
 # Output serializers ------------------------------------------------------------------------------------
 
@@ -106,7 +107,7 @@ class AuditEventOutput(serializers.Serializer[Any]):
 # Input serializers -------------------------------------------------------------------------------------
 
 
-class TenantCreateInput(serializers.Serializer[Any]):
+class TenantCreateInput(BodyInput):
     slug = serializers.CharField(
         max_length=40,
         validators=[RegexValidator(SLUG_PATTERN, SLUG_MESSAGE)],
@@ -117,7 +118,7 @@ class TenantCreateInput(serializers.Serializer[Any]):
     description = serializers.CharField(required=False, allow_blank=True, default="")
 
 
-class TenantUpdateInput(serializers.Serializer[Any]):
+class TenantUpdateInput(BodyInput):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     description = serializers.CharField(required=False, allow_blank=True)
 
@@ -130,21 +131,21 @@ class ProjectUpdateInput(TenantUpdateInput):
     pass
 
 
-class TenantMemberAddInput(serializers.Serializer[Any]):
+class TenantMemberAddInput(BodyInput):
     username = serializers.CharField(max_length=150)
     role = serializers.CharField(default=TenantRole.MEMBER, help_text="One of: admin, member.")
 
 
-class ProjectMemberAddInput(serializers.Serializer[Any]):
+class ProjectMemberAddInput(BodyInput):
     username = serializers.CharField(max_length=150, help_text="Must already be a member of the project's tenant.")
     role = serializers.CharField(default=ProjectRole.MEMBER, help_text="One of: manager, member, viewer.")
 
 
-class RoleChangeInput(serializers.Serializer[Any]):
+class RoleChangeInput(BodyInput):
     role = serializers.CharField()
 
 
-class TokenCreateInput(serializers.Serializer[Any]):
+class TokenCreateInput(BodyInput):
     name = serializers.CharField(max_length=100, help_text="Where the token is used, e.g. 'ci-pipeline'.")
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
     username = serializers.CharField(required=False, help_text="Only when not logged in: your username.")
@@ -519,11 +520,6 @@ class TokenListApi(generics.ListAPIView):  # type: ignore[type-arg]
             return [AllowAny()]
         return list(super().get_permissions())
 
-    def get_throttles(self) -> list[Any]:
-        if self.request.method == "POST":
-            return [PasswordLoginThrottle()]
-        return list(super().get_throttles())
-
     def get_queryset(self) -> QuerySet[ApiToken]:
         return selectors.token_list_for_user(user=self.request.user)
 
@@ -537,8 +533,14 @@ class TokenListApi(generics.ListAPIView):  # type: ignore[type-arg]
         if request.user.is_authenticated:
             user = request.user
         elif username and password:
+            # Only wrong passwords count (tenants/throttles.py), and the limit is checked before the password.
+            address = request_address(request)
+            wait = password_attempt_wait(address=address, username=username)
+            if wait is not None:
+                raise PasswordGuessingThrottled(wait)
             authenticated = authenticate(request._request, username=username, password=password)
             if authenticated is None:
+                password_failure_record(address=address, username=username)
                 raise exceptions.AuthenticationFailed("Wrong username or password")
             user = authenticated
         else:

@@ -5,8 +5,12 @@ taken the way DRF's throttles take it (`PORTAL_NUM_PROXIES`, so a forged X-Forwa
 Rates come from REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"] and are read when a throttle is made, so a
 changed setting applies at once:
 
-- `login` (API_LOGIN_THROTTLE_RATE): password attempts. The token endpoint counts every attempt, the login
-  form its failures; both count in the same window, so switching between them buys no extra guesses.
+- `login` (API_LOGIN_THROTTLE_RATE): failed password attempts, at the login form and the token endpoint in the
+  same window (switching between them buys no extra guesses). Right passwords never count: a whole campus
+  behind one NAT address signs in every morning.
+- Per account and address (`AccountBackoff`): after ACCOUNT_FREE_FAILURES failed passwords for one username
+  from one address, that pair waits before each further attempt, twice as long each time. Keyed on both, so
+  a stranger guessing someone's password elsewhere never locks the owner out.
 - `token_guess` (API_TOKEN_GUESS_THROTTLE_RATE): unknown, expired or revoked bearer tokens, over REST and
   WebSocket handshakes. Once over the limit, the address gets 429 for any token, right or wrong, until the
   window has room again (else a right guess would still stand out); tokens used from other addresses keep
@@ -22,6 +26,7 @@ long as Redis is away would be the worse outage.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
@@ -31,7 +36,7 @@ from typing import Any, cast
 from django.core.cache import cache
 from rest_framework.exceptions import Throttled
 from rest_framework.settings import api_settings
-from rest_framework.throttling import AnonRateThrottle, BaseThrottle
+from rest_framework.throttling import BaseThrottle
 
 logger = logging.getLogger(__name__)
 CACHE_UNREACHABLE = "rate limits not enforced: the cache is unreachable"
@@ -58,22 +63,6 @@ def request_address(request: Any) -> str | None:
 def current_rate(scope: str) -> str | None:
     """The scope's rate in the settings in force now (DRF's throttles read them once, at import)."""
     return cast(str | None, api_settings.DEFAULT_THROTTLE_RATES.get(scope))
-
-
-class PasswordLoginThrottle(AnonRateThrottle):
-    """Every password attempt at `POST /api/v1/tokens/`, per client address."""
-
-    scope = "login"
-
-    def get_rate(self) -> str | None:
-        return current_rate(self.scope)
-
-    def allow_request(self, request: Any, view: Any) -> bool:
-        try:
-            return super().allow_request(request, view)
-        except Exception:  # the cache backend's own errors (redis-py's for Redis)
-            logger.warning(CACHE_UNREACHABLE, exc_info=True)
-            return True
 
 
 class FailureThrottle:
@@ -124,9 +113,88 @@ class FailureThrottle:
 
 
 class LoginFailureThrottle(FailureThrottle):
-    """Failed logins through the browser's form; shares its window with `PasswordLoginThrottle`."""
+    """Failed passwords per client address, at the login form and `POST /api/v1/tokens/` together."""
 
     scope = "login"
+
+
+# Failed passwords one username may have from one address before it must wait, the first wait, the longest,
+# and how long failures are remembered.
+ACCOUNT_FREE_FAILURES = 5
+ACCOUNT_FIRST_WAIT_SECONDS = 30
+ACCOUNT_MAX_WAIT_SECONDS = 15 * 60
+ACCOUNT_MEMORY_SECONDS = 3600
+
+
+class AccountBackoff:
+    """Failed passwords for one username from one address over the last hour: beyond ACCOUNT_FREE_FAILURES,
+    each one makes the pair wait, twice as long as the one before (30 s, 1 min, 2 min, ... at most 15 min)."""
+
+    def blocked_for(self, address: str | None, username: str) -> int | None:
+        """Seconds until this username may be tried again from `address`; None when it may be now."""
+        if address is None or not username:
+            return None
+        now = time.time()
+        try:
+            failures = self._recent(address, username, now)
+        except Exception:  # the cache backend's own errors (redis-py's for Redis)
+            logger.warning(CACHE_UNREACHABLE, exc_info=True)
+            return None
+        beyond = len(failures) - ACCOUNT_FREE_FAILURES
+        if beyond < 0:
+            return None
+        wait = min(ACCOUNT_FIRST_WAIT_SECONDS * 2**beyond, ACCOUNT_MAX_WAIT_SECONDS)
+        left = failures[0] + wait - now
+        return math.ceil(left) if left > 0 else None
+
+    def record_failure(self, address: str | None, username: str) -> None:
+        if address is None or not username:
+            return
+        now = time.time()
+        try:
+            failures = [now, *self._recent(address, username, now)]
+            cache.set(self._key(address, username), failures, ACCOUNT_MEMORY_SECONDS)
+        except Exception:  # the cache backend's own errors (redis-py's for Redis)
+            logger.warning(CACHE_UNREACHABLE, exc_info=True)
+
+    def _recent(self, address: str, username: str, now: float) -> list[float]:
+        """The failures of the last hour, newest first."""
+        history: list[float] = cache.get(self._key(address, username), [])
+        return [moment for moment in history if moment > now - ACCOUNT_MEMORY_SECONDS]
+
+    def _key(self, address: str, username: str) -> str:
+        digest = hashlib.sha256(f"{username.casefold()}\0{address}".encode()).hexdigest()
+        return CACHE_KEY_FORMAT % {"scope": "login_account", "ident": digest}
+
+
+def password_attempt_wait(*, address: str | None, username: str) -> int | None:
+    """Seconds before a password may be tried for `username` from `address` (the longer of the address's and
+    the pair's waits), or None when it may be tried now. Check before checking the password."""
+    waits = [
+        wait
+        for wait in (LoginFailureThrottle().blocked_for(address), AccountBackoff().blocked_for(address, username))
+        if wait is not None
+    ]
+    return max(waits) if waits else None
+
+
+def password_failure_record(*, address: str | None, username: str) -> None:
+    """Count a wrong password against the address and against the username from that address."""
+    LoginFailureThrottle().record_failure(address)
+    AccountBackoff().record_failure(address, username)
+
+
+class PasswordGuessingThrottled(Throttled):
+    default_code = "throttled"
+
+    def __init__(self, wait: int) -> None:
+        super().__init__(
+            wait=wait,
+            detail=(
+                "Too many wrong passwords came from your address, or for this account from it; try again once "
+                "the wait is over (a portal admin can reset a forgotten password)."
+            ),
+        )
 
 
 class TokenGuessThrottle(FailureThrottle):

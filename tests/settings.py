@@ -1,6 +1,12 @@
 """Test settings: the portal's own, with Celery, Channels and the cache on Redis databases of their own,
 so a demo running on the same machine never receives test tasks or pushes (and vice versa)."""
 
+import os
+
+# The tests' servers speak plain HTTP on loopback (as the demo's), and the tests need no key of the checkout's.
+os.environ.setdefault("PORTAL_HTTPS", "false")
+os.environ.setdefault("PORTAL_SECRET_KEY", "tests-only-secret-key-" + "x" * 40)
+
 from portal.env import env_str
 from portal.settings import *  # noqa: F403
 from portal.settings import REDIS_URL, channel_layer_host

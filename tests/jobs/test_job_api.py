@@ -157,6 +157,16 @@ def test_a_rejection_names_the_field_and_what_to_do(
         assert problems[0].startswith("No template 'no-such-template' exists for project")
 
 
+def test_a_field_the_submit_does_not_know_is_refused_and_no_job_is_stored(project: Project, cluster: Cluster) -> None:
+    # A job array is not a plain submission's field: run silently as one job it would waste a sweep's hours.
+    response = _submit(_api(_member(project, cluster)), project, array="0-3")
+
+    assert response.status_code == 400
+    assert list(response.json()["fields"]) == ["array"]
+    assert response.json()["fields"]["array"][0].startswith("This operation has no field 'array'; it takes: ")
+    assert not Job.objects.filter(project=project).exists()
+
+
 def test_a_script_over_the_size_cap_is_refused(project: Project, cluster: Cluster, settings: Any) -> None:
     settings.JOB_SCRIPT_MAX_BYTES = 100
     response = _submit(_api(_member(project, cluster)), project, script="#!/bin/bash\n" + "#" * 200)

@@ -407,7 +407,7 @@ def test_the_login_form_refuses_a_guesser_with_429_and_lets_others_in(settings: 
     assert throttled.status_code == 429
     assert 1 <= int(throttled["Retry-After"]) <= 60
     page = " ".join(throttled.content.decode().split())
-    assert "Too many failed log-in attempts came from your address. Wait" in page
+    assert "Too many failed log-in attempts came from your address, or for this account from it. Wait" in page
     assert 'name="password"' in page  # the form is there to try again later
     assert answer.status_code == 429
     assert right_but_throttled.session.get("_auth_user_id") is None
