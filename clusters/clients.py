@@ -30,3 +30,17 @@ def slurm_client_for(cluster: Cluster) -> SlurmClient:
             )
             _clients[key] = client
         return client
+
+
+def slurm_clients_close() -> None:
+    """Close every pooled client and its keep-alive connections; the next `slurm_client_for` makes new ones.
+
+    For a process that is done with the clusters it knew: the test suite after each test, whose clusters are
+    new rows every time and would otherwise each keep their connections open (over a hundred held at once
+    against the 22.05 slurmrestd, which twice stopped answering altogether under them).
+    """
+    with _lock:
+        clients = list(_clients.values())
+        _clients.clear()
+    for client in clients:
+        client.close()

@@ -14,7 +14,6 @@ from rest_framework import serializers
 # false`, see `bodies_closed_in_schema`), so generated clients know. (No docstring: drf-spectacular would show
 # it as the description of every body that has none of its own.)
 class BodyInput(serializers.Serializer[Any]):
-
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
             unknown = sorted(str(name) for name in data if name not in self.fields)

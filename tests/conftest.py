@@ -17,6 +17,7 @@ from channels.layers import channel_layers
 from django.conf import settings
 from django.db import connection
 
+from clusters.clients import slurm_clients_close
 from clusters.slurm import SlurmClient, SlurmError
 from clusters.slurm.types import JobState, JobSubmission, SlurmJob
 from portal.celery import app as celery_app
@@ -233,6 +234,13 @@ def celery_worker(
 
 
 _running_workers: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def slurm_connections_closed() -> Iterator[None]:
+    """Each test's clusters are new rows with pooled clients of their own: close them when the test ends."""
+    yield
+    slurm_clients_close()
 
 
 @pytest.fixture(autouse=True)
