@@ -21,11 +21,12 @@ from jobs.models import JobState
 from quotas.models import Allocation
 from quotas.services import allocation_grant
 from tests.factories import PASSWORD
-from tests.jobs.conftest import LiveProject
+from tests.jobs.conftest import LiveProject, live_project  # noqa: F401  (the fixture, shared with tests/jobs)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
 PACKAGE = "gpu_portal_client"
+SCRIPT = "#!/bin/bash\necho from the generated client\n"
 
 
 @pytest.fixture
@@ -49,7 +50,10 @@ def generated(live_portal: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_a_generated_client_signs_in_submits_follows_reads_the_log_and_parses_a_refusal(
-    generated: Any, live_portal: str, live_project: LiveProject, celery_worker: str
+    generated: Any,
+    live_portal: str,
+    live_project: LiveProject,  # noqa: F811
+    celery_worker: str,
 ) -> None:
     models, tokens_create = generated("models"), generated("api.tokens.tokens_create")
     anonymous = generated("client").Client(base_url=live_portal)
@@ -73,9 +77,7 @@ def test_a_generated_client_signs_in_submits_follows_reads_the_log_and_parses_a_
 
     submitted = generated("api.jobs.jobs_create").sync(
         client=api,
-        body=models.JobSubmitInputRequest(
-            **request, gpus=1, time_limit_minutes=2, script="#!/bin/bash\necho from the generated client\n"
-        ),
+        body=models.JobSubmitInputRequest(**request, gpus=1, time_limit_minutes=2, script=SCRIPT),
     )
     assert isinstance(submitted, models.JobSubmitOutput)
     live_project.wait_for(submitted.id, lambda job: job.is_final)
@@ -87,7 +89,7 @@ def test_a_generated_client_signs_in_submits_follows_reads_the_log_and_parses_a_
     allocation = Allocation.objects.get(project=live_project.project)
     allocation_grant(actor=None, allocation=allocation, gpu_seconds=-(allocation.remaining_gpu_seconds - 3600), note="")
     refused = generated("api.jobs.jobs_create").sync(
-        client=api, body=models.JobSubmitInputRequest(**request, gpus=2, time_limit_minutes=60)
+        client=api, body=models.JobSubmitInputRequest(**request, gpus=2, time_limit_minutes=60, script=SCRIPT)
     )
     assert isinstance(refused, models.Error)
     assert refused.code == "quota_exceeded"
