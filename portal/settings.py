@@ -218,6 +218,9 @@ REST_FRAMEWORK = {
     # behind N trusted reverse proxies set PORTAL_NUM_PROXIES=N.
     "NUM_PROXIES": env_int("PORTAL_NUM_PROXIES", 0),
 }
+# Wrong passwords one username may have from one address in an hour before each further try must wait
+# (30 s, doubling up to 15 min; tenants/throttles.py).
+LOGIN_ACCOUNT_FREE_FAILURES = env_int("API_LOGIN_ACCOUNT_FREE_FAILURES", 5)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU portal API",

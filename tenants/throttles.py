@@ -8,7 +8,7 @@ changed setting applies at once:
 - `login` (API_LOGIN_THROTTLE_RATE): failed password attempts, at the login form and the token endpoint in the
   same window (switching between them buys no extra guesses). Right passwords never count: a whole campus
   behind one NAT address signs in every morning.
-- Per account and address (`AccountBackoff`): after ACCOUNT_FREE_FAILURES failed passwords for one username
+- Per account and address (`AccountBackoff`): after LOGIN_ACCOUNT_FREE_FAILURES failed passwords for one username
   from one address, that pair waits before each further attempt, twice as long each time. Keyed on both, so
   a stranger guessing someone's password elsewhere never locks the owner out.
 - `token_guess` (API_TOKEN_GUESS_THROTTLE_RATE): unknown, expired or revoked bearer tokens, over REST and
@@ -33,6 +33,7 @@ import time
 from types import SimpleNamespace
 from typing import Any, cast
 
+from django.conf import settings
 from django.core.cache import cache
 from rest_framework.exceptions import Throttled
 from rest_framework.settings import api_settings
@@ -118,17 +119,16 @@ class LoginFailureThrottle(FailureThrottle):
     scope = "login"
 
 
-# Failed passwords one username may have from one address before it must wait, the first wait, the longest,
-# and how long failures are remembered.
-ACCOUNT_FREE_FAILURES = 5
+# The first wait of a username at one address, the longest, and how long its failures are remembered. How
+# many it may have before waiting is the setting LOGIN_ACCOUNT_FREE_FAILURES (API_LOGIN_ACCOUNT_FREE_FAILURES).
 ACCOUNT_FIRST_WAIT_SECONDS = 30
 ACCOUNT_MAX_WAIT_SECONDS = 15 * 60
 ACCOUNT_MEMORY_SECONDS = 3600
 
 
 class AccountBackoff:
-    """Failed passwords for one username from one address over the last hour: beyond ACCOUNT_FREE_FAILURES,
-    each one makes the pair wait, twice as long as the one before (30 s, 1 min, 2 min, ... at most 15 min)."""
+    """Failed passwords for one username from one address over the last hour: beyond LOGIN_ACCOUNT_FREE_FAILURES
+    (5), each one makes the pair wait, twice as long as the one before (30 s, 1 min, 2 min, ... at most 15 min)."""
 
     def blocked_for(self, address: str | None, username: str) -> int | None:
         """Seconds until this username may be tried again from `address`; None when it may be now."""
@@ -140,7 +140,7 @@ class AccountBackoff:
         except Exception:  # the cache backend's own errors (redis-py's for Redis)
             logger.warning(CACHE_UNREACHABLE, exc_info=True)
             return None
-        beyond = len(failures) - ACCOUNT_FREE_FAILURES
+        beyond = len(failures) - settings.LOGIN_ACCOUNT_FREE_FAILURES
         if beyond < 0:
             return None
         wait = min(ACCOUNT_FIRST_WAIT_SECONDS * 2**beyond, ACCOUNT_MAX_WAIT_SECONDS)

@@ -36,3 +36,4 @@ REST_FRAMEWORK = {
     **REST_FRAMEWORK,  # noqa: F405
     "DEFAULT_THROTTLE_RATES": {"login": "100000/min", "token_guess": "100000/min"},
 }
+LOGIN_ACCOUNT_FREE_FAILURES = 100000

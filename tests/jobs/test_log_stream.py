@@ -213,14 +213,17 @@ async def woken(wake: asyncio.Event) -> None:
     wake.clear()
 
 
-def watch_threads() -> list[str]:
-    return [thread.name for thread in threading.enumerate() if thread.name.startswith("job-log-watch")]
+def watch_threads() -> set[threading.Thread]:
+    """The watch threads alive now. Earlier tests' event loops may have closed with their watch still running
+    (its thread then lingers): a test compares against what was there when it began."""
+    return {thread for thread in threading.enumerate() if thread.name.startswith("job-log-watch")}
 
 
 def test_one_reader_wakes_every_viewer_of_a_file_and_stops_with_the_last(tmp_path: Path, settings: Any) -> None:
     settings.JOB_LOG_POLL_SECONDS = NO_POLL
     log = tmp_path / "stdout.log"
     log.write_bytes(b"first\n")
+    lingering = watch_threads()
 
     async def scenario() -> None:
         first, second = asyncio.Event(), asyncio.Event()
@@ -237,7 +240,7 @@ def test_one_reader_wakes_every_viewer_of_a_file_and_stops_with_the_last(tmp_pat
             assert reader.snapshot[3] == 13
         assert followed_paths() == set()
         await watch_stopped()
-        assert watch_threads() == []
+        assert watch_threads() == lingering
 
     asyncio.run(scenario())
 
@@ -291,6 +294,7 @@ def test_with_polling_forced_changes_are_seen_by_the_poll(tmp_path: Path, settin
     settings.JOB_LOG_FORCE_POLLING = True
     settings.JOB_LOG_POLL_SECONDS = 0.05
     log = tmp_path / "stdout.log"
+    lingering = watch_threads()
 
     async def scenario() -> None:
         wake = asyncio.Event()
@@ -300,7 +304,7 @@ def test_with_polling_forced_changes_are_seen_by_the_poll(tmp_path: Path, settin
                     output.write(b"ab\n")
                 while reader.snapshot is None or reader.snapshot[3] != size:
                     await woken(wake)
-            assert watch_threads() == []  # no notifier: the poll alone
+            assert watch_threads() == lingering  # no notifier: the poll alone
         await watch_stopped()
 
     asyncio.run(scenario())

@@ -23,6 +23,7 @@ def production_rates(settings: Any) -> None:
         **settings.REST_FRAMEWORK,
         "DEFAULT_THROTTLE_RATES": {"login": "30/min", "token_guess": "30/min"},
     }
+    settings.LOGIN_ACCOUNT_FREE_FAILURES = 5
 
 
 def _address() -> str:
