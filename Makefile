@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 DB_NAME ?= gpuportal
 
-.PHONY: demo test venv services cluster database migrate seed portal stop lint bench browser drills load
+.PHONY: demo test venv services cluster database migrate seed portal stop lint bench browser drills load nginx
 
 # The demo is production on one machine, with one convenience: plain HTTP on loopback, so no TLS certificate
 # is needed (README, "Configuration": PORTAL_HTTPS). Everything else runs with the production defaults.
@@ -39,6 +39,9 @@ browser: ## Debian's Chromium, for the browser journeys in the tests
 services: ## PostgreSQL, Redis and MariaDB: installed and started if absent
 	@bash scripts/services.sh up
 
+nginx: ## Debian's nginx, installed if absent (the portal's processes and the benchmarks start their own)
+	@bash scripts/services.sh nginx
+
 cluster: venv services ## The local GPU Slurm cluster
 	@bash scripts/cluster.sh up
 
@@ -73,7 +76,7 @@ lint: venv database
 # and cancels its jobs; see bench/portal_stack.py.
 # The client and submission benchmarks and the sync benchmark run on each local cluster (BENCH_CLUSTERS).
 BENCH_CLUSTERS ?= local north south
-bench: cluster database
+bench: cluster database nginx
 	$(PY) bench/slurm_client.py
 	@set -e; for cluster in $(BENCH_CLUSTERS); do echo "== job submission on $$cluster"; \
 		BENCH_CLUSTER=$$cluster $(PY) bench/job_submission.py; done
@@ -89,15 +92,15 @@ bench: cluster database
 # (requests/s, p50/p95 of a GET and a POST at 4 clients, PostgreSQL connections; about 13 minutes). See README,
 # "Processes"; `make http-topology TOPOLOGY_ARGS="--rounds 1"` for a quicker look.
 .PHONY: http-topology
-http-topology: cluster database
+http-topology: cluster database nginx
 	$(PY) bench/http_topology.py $(TOPOLOGY_ARGS)
 
 # Fault drills on the real local stack (own database gpuportal_bench_drills, own Redis, port 8101); each ends
 # with a ledger check. `make drills DRILLS="slurmrestd worker"` runs some of them; see scripts/drills/.
-drills: cluster database
+drills: cluster database nginx
 	$(PY) scripts/drills/run.py $(DRILLS)
 
 # 50 users browsing, listing and submitting for two minutes against the portal as scripts/portal.sh runs it
 # (nginx, gunicorn, uvicorn); see bench/load.py.
-load: cluster database
+load: cluster database nginx
 	$(PY) bench/load.py
