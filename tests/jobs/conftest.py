@@ -122,7 +122,12 @@ def contract_project(live: LiveCluster) -> Iterator[LiveProject]:
 
 
 def _live_project(
-    cluster: Cluster, slurm_client: SlurmClient, *, partition: str = "h100", gpu_type: str = "h100"
+    cluster: Cluster,
+    slurm_client: SlurmClient,
+    *,
+    partition: str = "h100",
+    gpu_type: str = "h100",
+    with_allocation: bool = True,
 ) -> Iterator[LiveProject]:
     # One transaction, so the tasks its services queue (the project's Slurm sync, the limit sync) reach the
     # session's worker only once everything exists; they are dropped then, and the fixture syncs the project
@@ -136,7 +141,8 @@ def _live_project(
         project = make_project(tenant)
         add_project_member(project, member, "member")
         add_project_member(project, manager, "manager")
-        grant_allocation(project, cluster)
+        if with_allocation:
+            grant_allocation(project, cluster)
     celery_workers_idle()
     project_slurm_sync(project_id=project.pk)
     api = APIClient()

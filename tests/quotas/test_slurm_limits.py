@@ -16,8 +16,8 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from clusters.accounts import cluster_slurm_reconcile, project_slurm_sync
-from clusters.models import ClusterAccount, SlurmDriftKind
+from clusters.accounts import cluster_slurm_reconcile
+from clusters.models import SlurmDriftKind
 from clusters.slurm import SlurmClient
 from clusters.slurm.types import JobState, JobSubmission, SlurmJob
 from jobs.job_services import JobRequest, job_submit
@@ -27,8 +27,8 @@ from quotas.models import Allocation, LedgerEntry, LedgerKind, QuotaLimitState
 from quotas.services import allocation_grant, quota_charge
 from quotas.slurm_limits import ACCOUNTING_BEGINNING, LimitOutcome, quota_limit_sync, quota_limits_sync_all
 from tests.conftest import wait_for_job
-from tests.factories import add_project_member, grant_allocation, make_project, make_tenant, make_user
-from tests.jobs.conftest import LiveProject, _remove_from_slurm, local_cluster
+from tests.factories import grant_allocation, make_project, make_tenant, make_user
+from tests.jobs.conftest import LiveProject, _live_project, local_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -39,19 +39,7 @@ QUOTA_REASON = "AssocGrpGRESMinutes"
 def quota_project(slurm_client: SlurmClient) -> Iterator[LiveProject]:
     """Like `live_project` (alice member, bob manager, the account in Slurm), but with no allocation: each
     test grants the hours and periods it needs. Its jobs are cancelled and the account removed afterwards."""
-    cluster = local_cluster()
-    member, manager = make_user(), make_user()
-    ClusterAccount.objects.create(cluster=cluster, user=member, username="alice")
-    ClusterAccount.objects.create(cluster=cluster, user=manager, username="bob")
-    tenant = make_tenant()
-    project = make_project(tenant)
-    add_project_member(project, member, "member")
-    add_project_member(project, manager, "manager")
-    project_slurm_sync(project_id=project.pk)
-    api = APIClient()
-    api.force_authenticate(member)
-    yield LiveProject(cluster=cluster, project=project, member=member, manager=manager, api=api)
-    _remove_from_slurm(slurm_client, account=project.slurm_account, parent=tenant.slurm_parent_account)
+    yield from _live_project(local_cluster(), slurm_client, with_allocation=False)
 
 
 @pytest.fixture
