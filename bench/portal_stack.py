@@ -646,7 +646,7 @@ def nginx_binary() -> str:
     found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     if found is None:
         raise SystemExit(
-            "nginx is not installed: `bash scripts/services.sh nginx` (or `make nginx`) installs it (Debian's nginx-light)"
+            "nginx is not installed: `make nginx` (or `bash scripts/services.sh nginx`) installs Debian's nginx-light"
         )
     return found
 
