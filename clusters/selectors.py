@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.contrib.postgres.expressions import ArraySubquery
-from django.db.models import Count, JSONField, OuterRef, Prefetch, QuerySet, Subquery
-from django.db.models.functions import JSONObject
+from django.db import connection
+from django.db.models import Count, Prefetch, QuerySet
 from django.http import Http404
 
 from clusters.models import (
@@ -349,40 +349,53 @@ _PARTITION_FIELDS = (
 )
 
 
-def submission_target_expression(*, cluster_name: str, user: AnyUser) -> Subquery:
-    """An expression to annotate any query with: the active cluster `cluster_name`, its partitions and `user`'s
-    username on it, as JSON (null when no such cluster is active), so that a submission reads it in the query
-    that reads its project. Decode it with `submission_target_from`."""
-    return Subquery(_targets(cluster_name=cluster_name, user=user)[:1], output_field=JSONField())
-
-
 def submission_target_get(*, cluster_name: str, user: AnyUser) -> SubmissionTarget | None:
-    """The same, read on its own."""
-    return submission_target_from(_targets(cluster_name=cluster_name, user=user).first())
+    """The active cluster `cluster_name` as a submission checks against it; None when no such cluster is active."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {SUBMISSION_TARGET_SQL}", submission_target_parameters(cluster_name=cluster_name, user=user)
+        )
+        return submission_target_from(cursor.fetchone()[0])
 
 
-def submission_target_from(data: dict[str, Any] | None) -> SubmissionTarget | None:
+def submission_target_parameters(*, cluster_name: str, user: AnyUser) -> dict[str, Any]:
+    return {"target_cluster_name": cluster_name, "target_user_id": user.pk if user.is_authenticated else None}
+
+
+def submission_target_from(data: dict[str, Any] | str | None) -> SubmissionTarget | None:
+    """Decodes what `SUBMISSION_TARGET_SQL` answers."""
     if data is None:
         return None
+    if isinstance(data, str):  # Django's psycopg setup leaves jsonb undecoded
+        data = json.loads(data)
+        assert isinstance(data, dict)
     cluster = Cluster(id=data["id"], name=data["name"], log_root=data["log_root"], is_active=True)
     partitions = {partition["name"]: Partition(cluster=cluster, **partition) for partition in data["partitions"] or []}
     return SubmissionTarget(cluster=cluster, partitions=partitions, username=data["username"])
 
 
-def _targets(*, cluster_name: str, user: AnyUser) -> QuerySet[Cluster, dict[str, Any]]:
-    partitions = ArraySubquery(
-        Partition.objects.filter(cluster=OuterRef("pk"))
-        .order_by("name")
-        .values(json=JSONObject(**{field: field for field in _PARTITION_FIELDS}))
-    )
-    username = ClusterAccount.objects.filter(cluster=OuterRef("pk"), user=user.pk if user.is_authenticated else None)
-    return Cluster.objects.filter(name=cluster_name, is_active=True).values_list(
-        JSONObject(
-            id="pk",
-            name="name",
-            log_root="log_root",
-            username=Subquery(username.values("username")[:1]),
-            partitions=partitions,
+# What a submission checks against, as one scalar SQL expression (JSON, or null when no such cluster is active)
+# with the parameters of `submission_target_parameters`: a submission reads it in the query that reads its
+# project. Written out rather than built with the ORM, whose building and compiling of it cost more CPU than the
+# rest of a submission's queries together (bench/job_submission.py). The partition fields are `_PARTITION_FIELDS`.
+SUBMISSION_TARGET_SQL = """(
+    SELECT jsonb_build_object(
+        'id', c.id, 'name', c.name, 'log_root', c.log_root,
+        'username', (
+            SELECT a.username FROM clusters_clusteraccount a
+            WHERE a.cluster_id = c.id AND a.user_id = %(target_user_id)s
+            LIMIT 1
         ),
-        flat=True,
+        'partitions', ARRAY(
+            SELECT jsonb_build_object(
+                'name', p.name, 'is_default', p.is_default, 'max_time_minutes', p.max_time_minutes,
+                'default_time_minutes', p.default_time_minutes, 'gpu_types', p.gpu_types,
+                'max_gpus_per_node', p.max_gpus_per_node, 'max_cpus_per_node', p.max_cpus_per_node,
+                'max_memory_mb_per_node', p.max_memory_mb_per_node, 'gpus_per_node_by_type', p.gpus_per_node_by_type
+            )
+            FROM clusters_partition p WHERE p.cluster_id = c.id ORDER BY p.name
+        )
     )
+    FROM clusters_cluster c WHERE c.name = %(target_cluster_name)s AND c.is_active
+    LIMIT 1
+)"""

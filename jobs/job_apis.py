@@ -20,7 +20,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clusters.selectors import submission_target_expression, submission_target_from
 from jobs import job_services
 from jobs.job_services import JobRequest
 from jobs.models import Job, JobState, JobTemplate
@@ -32,6 +31,7 @@ from jobs.selectors import (
     job_list_for_user,
     job_template_get_for_user,
     job_template_list_for_user,
+    submission_project_get,
 )
 from jobs.templates import BUILTIN_TEMPLATES, BuiltinTemplate
 from portal.api_errors import ERRORS, ERRORS_WITH_CONFLICT
@@ -225,18 +225,14 @@ class JobListApi(generics.ListAPIView):  # type: ignore[type-arg]
         key = request.headers.get("Idempotency-Key", "").strip()
         if len(key) > 100:
             raise serializers.ValidationError({"Idempotency-Key": ["Use a key of at most 100 characters."]})
-        target = submission_target_expression(cluster_name=data["cluster"], user=request.user)
-        project = project_get_by_label_for_user(
-            user=request.user,
-            label=data.pop("project"),
-            action=ProjectAction.SUBMIT,
-            queryset=Project.objects.annotate(submission_target=target),
+        project, target = submission_project_get(
+            user=request.user, label=data.pop("project"), cluster_name=data["cluster"]
         )
         accepted = job_services.job_submit_accepted(
             user=request.user,  # type: ignore[arg-type]
             project=project,
             request=JobRequest(**data, idempotency_key=key),
-            target=submission_target_from(getattr(project, "submission_target", None)),
+            target=target,
         )
         if accepted.created:
             job, transitions = accepted.job, accepted.transitions

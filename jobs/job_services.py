@@ -170,7 +170,7 @@ def job_submit_accepted(
     """Validate a submission against the cluster as last synced, store it `queued` and hand it to a worker.
 
     The caller has checked that `user` may submit to `project`, and may pass the cluster as it read it
-    (`clusters.selectors.submission_target_expression`, in the query that read the project). Every problem is
+    (`jobs.selectors.submission_project_get` reads both in one query). Every problem is
     reported at once, per field, with what to change. A repeated `idempotency_key` from the same user returns
     the job the first request created.
     """
@@ -269,8 +269,9 @@ def _job_create(
     # Last, so that the allocation's row lock is held only until the commit that follows. Refused for want of
     # GPU-hours, this raises and the transaction stores nothing.
     reservation = quota_reserve(job=job, gpu_type=values["quota_gpu_type"], now=now)
+    # Watchers of the project learn of the job from the worker that delivers it (`_record` pushes it), moments
+    # later: a push from here would cost the request a hop into an event loop.
     task_enqueue_on_commit("jobs.tasks.job_submit", str(job.id), fallback="the workers' sweep submits the job")
-    transaction.on_commit(lambda: jobs_push_loaded([job]))
     return Accepted(
         job=job,
         created=True,

@@ -99,10 +99,19 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", 
 # channels_redis blocks up to 5 s reading a group's messages; redis-py's default socket timeout is also 5 s,
 # so on a busy machine the read times out and kills the consumer. A longer socket timeout keeps them apart.
 CHANNELS_REDIS_SOCKET_TIMEOUT_SECONDS = 30
+# Redis connections one server process may open for the channel layer. Every WebSocket handshake joins its
+# groups over connections of its own, at once; redis-py 8 caps a pool at 100 by default and refuses the next
+# one, so 100 viewers opening a job's log together got HTTP 500s (bench/log_latency.py). Connections a burst
+# opened stay in the pool for the next.
+CHANNELS_REDIS_MAX_CONNECTIONS = env_int("CHANNELS_REDIS_MAX_CONNECTIONS", 2000)
 
 
 def channel_layer_host(url: str) -> dict[str, object]:
-    return {"address": url, "socket_timeout": CHANNELS_REDIS_SOCKET_TIMEOUT_SECONDS}
+    return {
+        "address": url,
+        "socket_timeout": CHANNELS_REDIS_SOCKET_TIMEOUT_SECONDS,
+        "max_connections": CHANNELS_REDIS_MAX_CONNECTIONS,
+    }
 
 
 CHANNEL_LAYERS = {

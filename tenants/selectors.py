@@ -171,35 +171,53 @@ def project_get_for_user(
     tenant_slug: str,
     project_slug: str,
     action: ProjectAction = ProjectAction.VIEW,
-    queryset: QuerySet[Project] | None = None,
 ) -> Project:
     """The project if `user` may do `action` on it: 404 for users outside its tenant, 403 for a role too low.
 
-    One query: the project comes with the user's roles in it. `queryset` (of projects) lets a caller read what
-    else it needs of the project in that same query, e.g. with `.annotate(...)`.
+    One query: the project comes with the user's roles in it.
     """
-    label = f"{tenant_slug}/{project_slug}"
-    projects = (queryset if queryset is not None else Project.objects.all()).select_related("tenant")
+    projects = Project.objects.select_related("tenant")
     project = _with_roles(projects, user=user).filter(tenant__slug=tenant_slug, slug=project_slug).order_by().first()
+    # Annotations of _with_roles, unknown to the type checker.
+    project_access_check(
+        user=user,
+        project=project,
+        label=f"{tenant_slug}/{project_slug}",
+        action=action,
+        tenant_role=getattr(project, "viewer_tenant_role", None),
+        project_role=getattr(project, "viewer_project_role", None),
+    )
+    assert project is not None
+    return project
+
+
+def project_access_check(
+    *,
+    user: AnyUser,
+    project: Project | None,
+    label: str,
+    action: ProjectAction,
+    tenant_role: str | None,
+    project_role: str | None,
+) -> None:
+    """The rule of `project_get_for_user`, for a caller that read the project (None: no such project) and the
+    user's roles in its tenant and in it (None: no role) itself: raises 404 or 403, else returns."""
     if project is None:
         raise _not_found("project", label)
     if is_portal_admin(user):
-        return project
-    # Annotations of _with_roles, unknown to the type checker.
-    held_tenant_role = getattr(project, "viewer_tenant_role", None)
-    held_project_role = getattr(project, "viewer_project_role", None)
-    tenant_role = TenantRole(held_tenant_role) if held_tenant_role else None
-    if tenant_role is None:
+        return
+    held_tenant_role = TenantRole(tenant_role) if tenant_role else None
+    if held_tenant_role is None:
         raise _not_found("project", label)
-    if tenant_role == TenantRole.ADMIN and action in TENANT_ADMIN_PROJECT_ACTIONS:
-        return project
-    project_role = ProjectRole(held_project_role) if held_project_role else None
-    if project_role is not None and project_role in PROJECT_ROLES_ALLOWED[action]:
-        return project
+    if held_tenant_role == TenantRole.ADMIN and action in TENANT_ADMIN_PROJECT_ACTIONS:
+        return
+    held_project_role = ProjectRole(project_role) if project_role else None
+    if held_project_role is not None and held_project_role in PROJECT_ROLES_ALLOWED[action]:
+        return
     needed = " or ".join(f"'{role.value}'" for role in ProjectRole if role in PROJECT_ROLES_ALLOWED[action])
     if action in TENANT_ADMIN_PROJECT_ACTIONS:
         needed += f", or the tenant role 'admin' in '{project.tenant.slug}'"
-    held = f"you are '{project_role.value}'" if project_role else "you have no role in it"
+    held = f"you are '{held_project_role.value}'" if held_project_role else "you have no role in it"
     raise PermissionDenied(f"This needs the project role {needed} in project '{label}'; {held}.")
 
 
@@ -225,15 +243,18 @@ def project_get_by_label_for_user(
     label: str,
     action: ProjectAction = ProjectAction.VIEW,
     field: str = "project",
-    queryset: QuerySet[Project] | None = None,
 ) -> Project:
     """The project written 'tenant/project' (as the API takes it), with the access rules of project_get_for_user."""
+    tenant_slug, project_slug = project_label_parse(label, field=field)
+    return project_get_for_user(user=user, tenant_slug=tenant_slug, project_slug=project_slug, action=action)
+
+
+def project_label_parse(label: str, *, field: str = "project") -> tuple[str, str]:
+    """The tenant and project slugs of 'tenant/project'; a 400 naming `field` for anything else."""
     match = _PROJECT_LABEL.match(label)
     if match is None:
         raise ValidationError({field: ["Give the project as 'tenant/project', e.g. 'acme/vision'."]})
-    return project_get_for_user(
-        user=user, tenant_slug=match[1], project_slug=match[2], action=action, queryset=queryset
-    )
+    return match[1], match[2]
 
 
 def project_get_by_id_for_user(
