@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import threading
 import time
 import uuid
@@ -238,9 +239,10 @@ def main() -> None:
             wait_until_known(warm_up.ids, stall_seconds=STALL_SECONDS)
             started_at = timezone.now()
             started = time.perf_counter()
-            posted = post_jobs(portal, world, count=args.jobs, clients=args.clients)
-            api_seconds = time.perf_counter() - started
-            jobs = wait_until_known(posted.ids, stall_seconds=STALL_SECONDS)
+            with stack.CpuMeter(portal) as cpu:
+                posted = post_jobs(portal, world, count=args.jobs, clients=args.clients)
+                api_seconds = time.perf_counter() - started
+                jobs = wait_until_known(posted.ids, stall_seconds=STALL_SECONDS)
             deadlocks = portal.log_count("deadlock detected")
         rejected = sum(job.state == JobState.REJECTED for job in jobs)
         known = [job for job in jobs if job.submitted_at is not None]
@@ -280,6 +282,8 @@ def main() -> None:
         f"{delivery_query_count}, per delivered job of a batch of {QUERIED_BATCH} (jobs_deliver_queued) "
         f"{batch_query_count}; {cancelled} Slurm jobs cancelled in {cancel_seconds:.1f}s"
     )
+    print(f"CPU from the first POST to the last Slurm job id ({cpu.seconds:.1f} s, {os.cpu_count()} cores):")
+    print(cpu.table(per=len(posted.ids) or 1, unit="job"))
     failed = ", ".join(f"{count} x {what}" for what, count in posted.failures.items()) or "none"
     print(
         f"failures: POSTs not accepted: {failed}; accepted but never in Slurm: {stuck} "

@@ -57,6 +57,7 @@ import django  # noqa: E402
 
 django.setup()
 
+import psutil  # noqa: E402
 import psycopg  # noqa: E402
 import redis  # noqa: E402
 from django.conf import settings  # noqa: E402
@@ -656,3 +657,68 @@ def timed(label: str) -> Iterator[None]:
     started = time.perf_counter()
     yield
     print(f"  {label}: {time.perf_counter() - started:.1f}s")
+
+
+# The machine's other daemons, by process name, for `CpuMeter`.
+_DAEMONS = {
+    "postgres": "PostgreSQL",
+    "redis-server": "Redis",
+    "slurmrestd": "slurmrestd",
+    "slurmctld": "slurmctld",
+    "slurmd": "slurmd",
+    "slurmdbd": "slurmdbd",
+    "mariadbd": "MariaDB",
+}
+
+
+def _cpu_by_part(portal: Portal) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each part of the stack: the portal's processes by name (each
+    with its children: gunicorn's and Celery's workers, nginx's), the daemons, and this benchmark."""
+    groups = {portal.pid(name): name for name in portal.process_names}
+    used: dict[str, float] = {}
+    for process in psutil.process_iter(["name"]):
+        try:
+            with process.oneshot():
+                if process.pid == os.getpid():
+                    part = "benchmark (clients)"
+                elif (group := os.getpgid(process.pid)) in groups:
+                    part = groups[group]
+                elif (name := process.info["name"]) in _DAEMONS:
+                    part = _DAEMONS[name]
+                else:
+                    continue
+                times = process.cpu_times()
+        except (psutil.Error, ProcessLookupError):
+            continue  # gone meanwhile
+        used[part] = used.get(part, 0.0) + times.user + times.system
+    return used
+
+
+class CpuMeter:
+    """CPU each part of the stack used while the block ran: `with CpuMeter(portal) as cpu: ...`, then
+    `cpu.table(per=jobs)`. Counts the processes alive at the end (a process that ended inside is not counted)."""
+
+    def __init__(self, portal: Portal) -> None:
+        self.portal = portal
+        self.before: dict[str, float] = {}
+        self.used: dict[str, float] = {}
+        self.seconds = 0.0
+
+    def __enter__(self) -> CpuMeter:
+        self.before, self._started = _cpu_by_part(self.portal), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.seconds = time.perf_counter() - self._started
+        after = _cpu_by_part(self.portal)
+        self.used = {part: seconds - self.before.get(part, 0.0) for part, seconds in after.items()}
+
+    def table(self, *, per: int, unit: str) -> str:
+        """One line per part, busiest first: CPU seconds, share of one core over the block, ms per `unit`."""
+        lines = [f"  {'CPU used':30}{'s':>7}{'cores':>7}{'ms/' + unit:>10}"]
+        for part, seconds in sorted(self.used.items(), key=lambda item: -item[1]):
+            if seconds >= 0.005:
+                lines.append(f"  {part:30}{seconds:7.2f}{seconds / self.seconds:7.2f}{1000 * seconds / per:10.2f}")
+        total = sum(self.used.values())
+        lines.append(f"  {'all':30}{total:7.2f}{total / self.seconds:7.2f}{1000 * total / per:10.2f}")
+        return "\n".join(lines)

@@ -7,8 +7,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
@@ -18,6 +16,7 @@ from clusters.selectors import cluster_status
 from clusters.slurm import SlurmClient, SlurmError
 from clusters.slurm.types import NodeInfo, PartitionInfo, PingResult
 from clusters.usage_samples import cluster_usage_sample_record
+from portal.channel_sends import group_send_all
 
 logger = logging.getLogger(__name__)
 
@@ -156,13 +155,8 @@ def cluster_sync_inventory(*, cluster: Cluster, client: SlurmClient) -> None:
 def _push_status(*, cluster_pk: int) -> None:
     """Tell the browsers watching cluster status; a lost push only delays what the next sync shows."""
     cluster = Cluster.objects.get(pk=cluster_pk)
-    layer = get_channel_layer()
-    if layer is None:
-        return
     try:
-        async_to_sync(layer.group_send)(
-            CLUSTER_STATUS_GROUP, {"type": "cluster.status", "cluster": cluster_status(cluster=cluster)}
-        )
+        group_send_all([(CLUSTER_STATUS_GROUP, {"type": "cluster.status", "cluster": cluster_status(cluster=cluster)})])
     except Exception:  # Redis down must not fail the sync; the database already holds the truth.
         logger.warning("cluster %s: could not push status to watchers", cluster.name, exc_info=True)
 

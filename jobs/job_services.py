@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
@@ -27,6 +25,7 @@ from jobs.models import Job, JobState, JobTemplate, JobTransition
 from jobs.paths import JobPaths, job_paths
 from jobs.reasons import pending_reason_text
 from jobs.templates import BUILTIN_TEMPLATES
+from portal.channel_sends import group_send_all
 from portal.errors import Conflict
 from portal.queue import task_enqueue_on_commit
 from quotas.services import Reservation, quota_release, quota_reserve
@@ -99,23 +98,14 @@ def jobs_push(job_ids: Iterable[uuid.UUID]) -> None:
 
 def jobs_push_loaded(jobs: Iterable[Job]) -> None:
     """`jobs_push` for jobs in hand, as just stored with their project, tenant, cluster and user."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
     sends: list[tuple[str, dict[str, Any]]] = []
     for job in jobs:
         message = {"type": "job.update", "job": job_event(job)}
         sends += [(project_jobs_group(job.project_id), message), (job_group(job.id), message)]
     try:
-        # One hop into the event loop for all of them: a hop costs ~3 ms, a send inside it ~0.3 ms.
-        async_to_sync(_group_send_all)(layer, sends)
+        group_send_all(sends)
     except Exception:  # Redis down must not fail the write that has already committed.
         logger.warning("could not push job changes to watchers", exc_info=True)
-
-
-async def _group_send_all(layer: Any, sends: list[tuple[str, dict[str, Any]]]) -> None:
-    for group, message in sends:
-        await layer.group_send(group, message)
 
 
 def job_transition(*, job: Job, to_state: JobState, detail: str = "", at: datetime | None = None) -> JobTransition:

@@ -13,8 +13,6 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
@@ -22,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Model
 from django.utils import timezone
 
+from portal.channel_sends import group_send_all
 from portal.queue import task_enqueue_on_commit
 from tenants.models import (
     SLUG_MESSAGE,
@@ -155,11 +154,8 @@ def _schedule_access_recheck(user_id: int) -> None:
 
 
 def _access_recheck_push(user_id: int) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
     try:
-        async_to_sync(layer.group_send)(user_access_group(user_id), {"type": "access.changed"})
+        group_send_all([(user_access_group(user_id), {"type": "access.changed"})])
     except Exception:  # Redis down must not fail the removal that has committed; streams recheck on their own too.
         logger.warning("could not tell user %s's WebSockets to check their access again", user_id, exc_info=True)
 
