@@ -1,0 +1,209 @@
+"""The demo's OpenID provider for the sign-in tests: scripts/oidc/provider.mjs (the certified `oidc-provider`
+package from npm) as a process, a person signing in on its pages, and a relay in front of its token endpoint
+that alters what it answers (a tampered, foreign, expired or replayed ID token, all issued by the provider).
+
+The `oidc_provider` session fixture (tests/conftest.py) starts one provider for the whole run. It knows the
+portal as three clients: `gpuportal` (the portal's), `gpuportal-short` (ID tokens that live one second) and
+`another-app` (someone else's application, for tokens with the wrong audience).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
+
+import httpx
+
+from portal.env import oidc_providers
+from tests.processes import free_port, stop
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "oidc" / "provider.mjs"
+PASSWORD = "demo-password-for-tests"
+CLIENT_ID, CLIENT_SECRET = "gpuportal", "tests-client-secret"
+SHORT_CLIENT_ID = "gpuportal-short"
+OTHER_CLIENT_ID, OTHER_REDIRECT = "another-app", "http://127.0.0.1:9/another-app/callback"
+# The portal's provider ids the tests configure; each has its callback registered at the provider.
+PROVIDER_IDS = ("demo", "short", "relayed", "university", "company")
+
+
+@dataclass
+class DemoProvider:
+    issuer: str
+    # Where the browser tests' portal (tests/frontend, `oidc_portal`) listens: its callbacks are registered.
+    portal_url: str
+
+    def providers(self, *entries: dict[str, Any]) -> list[dict[str, Any]]:
+        """allauth's APPS for these PORTAL_OIDC_PROVIDERS entries, each defaulting to this provider and the
+        portal's client, read through the portal's own parser."""
+        defaults = {
+            "id": "demo",
+            "name": "Demo identity provider",
+            "server_url": self.issuer,
+            "client_id": CLIENT_ID,
+            "client_secret": CLIENT_SECRET,
+            "scopes": ["openid", "profile", "email", "groups"],
+        }
+        return oidc_providers(json.dumps([defaults | entry for entry in entries or ({},)]))
+
+    def configuration(self) -> dict[str, Any]:
+        return dict(httpx.get(f"{self.issuer}/.well-known/openid-configuration", timeout=10).json())
+
+
+def _clients(portal_bases: list[str]) -> list[dict[str, Any]]:
+    callbacks = [f"{base}/oidc/{provider_id}/login/callback/" for base in portal_bases for provider_id in PROVIDER_IDS]
+    after_logout = [f"{base}/login/" for base in portal_bases]
+    portal = {"redirect_uris": callbacks, "post_logout_redirect_uris": after_logout}
+    return [
+        {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET, **portal},
+        {"client_id": SHORT_CLIENT_ID, "client_secret": CLIENT_SECRET, "id_token_ttl_seconds": 1, **portal},
+        {"client_id": OTHER_CLIENT_ID, "client_secret": CLIENT_SECRET, "redirect_uris": [OTHER_REDIRECT]},
+    ]
+
+
+@contextmanager
+def provider_process(log: Path) -> Iterator[DemoProvider]:
+    """The provider on a free port, with the test client's callbacks and those of a portal on another free port."""
+    port, portal_url = free_port(), f"http://127.0.0.1:{free_port()}"
+    environment = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "OIDC_PROVIDER_HOST": "127.0.0.1",
+        "OIDC_PROVIDER_PORT": str(port),
+        "OIDC_CLIENTS": json.dumps(_clients(["http://testserver", portal_url])),
+        "DEMO_PASSWORD": PASSWORD,
+    }
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            ["node", str(SCRIPT)], env=environment, stdout=output, stderr=subprocess.STDOUT, cwd=SCRIPT.parent
+        )
+    issuer = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{issuer}/.well-known/openid-configuration", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the OpenID provider did not start; its log:\n{log.read_text()}")
+            time.sleep(0.2)
+        yield DemoProvider(issuer=issuer, portal_url=portal_url)
+    finally:
+        stop(process)
+
+
+class WrongPassword(Exception):
+    pass
+
+
+def sign_in_at_provider(authorize_url: str, *, username: str, password: str = PASSWORD) -> str:
+    """What a person does on the provider's pages: open the sign-in, type username and password. Returns the
+    address the provider sends the browser back to (the client's callback with `code` and `state`)."""
+    issuer = "{0.scheme}://{0.netloc}".format(urlsplit(authorize_url))
+    with httpx.Client(timeout=10) as browser:
+        url = authorize_url
+        for _ in range(10):
+            response = browser.get(url)
+            if response.is_redirect:
+                url = urljoin(url, response.headers["location"])
+                if not url.startswith(issuer):
+                    return url
+                continue
+            form = re.search(r'<form method="post" action="([^"]+)"', response.text)
+            assert response.status_code == 200, response.text
+            assert form is not None, response.text
+            response = browser.post(urljoin(url, form.group(1)), data={"username": username, "password": password})
+            if response.status_code == 401:
+                raise WrongPassword(username)
+            assert response.is_redirect, response.text
+            url = urljoin(url, response.headers["location"])
+    raise AssertionError(f"the provider never sent the browser back: {url}")
+
+
+def id_token_for(provider: DemoProvider, *, client_id: str, redirect_uri: str, username: str) -> str:
+    """An ID token the provider issues to `client_id` after `username` signs in (a whole code flow with PKCE)."""
+    import base64
+    import hashlib
+    import secrets
+
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    configuration = provider.configuration()
+    query = {
+        "client_id": client_id,
+        "redirect_uri": redirect_uri,
+        "response_type": "code",
+        "scope": "openid profile email",
+        "state": "s",
+        "nonce": "n-" + secrets.token_urlsafe(8),
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+    }
+    back = sign_in_at_provider(f"{configuration['authorization_endpoint']}?{urlencode(query)}", username=username)
+    code = parse_qs(urlsplit(back).query)["code"][0]
+    tokens = httpx.post(
+        configuration["token_endpoint"],
+        data={
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": redirect_uri,
+            "client_id": client_id,
+            "client_secret": CLIENT_SECRET,
+            "code_verifier": verifier,
+        },
+        timeout=10,
+    )
+    tokens.raise_for_status()
+    return str(tokens.json()["id_token"])
+
+
+class TokenRelay:
+    """A relay in front of the provider's token endpoint: the portal's token requests go through it to the real
+    provider, and `alter` changes the answer (its JSON) on the way back, after waiting `delay_seconds`."""
+
+    def __init__(self, token_endpoint: str) -> None:
+        self.token_endpoint = token_endpoint
+        self.alter: Callable[[dict[str, Any]], dict[str, Any]] = lambda answer: answer
+        self.delay_seconds = 0.0
+        self.answers: list[dict[str, Any]] = []
+        relay = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                headers = {k: v for k, v in self.headers.items() if k.lower() in {"content-type", "authorization"}}
+                real = httpx.post(relay.token_endpoint, content=body, headers=headers, timeout=10)
+                answer = real.json()
+                relay.answers.append(dict(answer))
+                time.sleep(relay.delay_seconds)
+                altered = json.dumps(relay.alter(answer) if real.status_code == 200 else answer).encode()
+                self.send_response(real.status_code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(altered)))
+                self.end_headers()
+                self.wfile.write(altered)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/token"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> TokenRelay:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
