@@ -19,8 +19,9 @@ UNIVERSITY = {
 
 
 def test_each_provider_becomes_an_allauth_app_that_uses_pkce() -> None:
-    company = {"id": "company", "name": "Example Corp", "server_url": "https://sso.corp.example", "client_id": "p"}
-    company |= {"scopes": ["openid", "email", "groups"], "connect_existing_users": True}
+    company: dict[str, object] = {"id": "company", "name": "Example Corp", "client_id": "p"}
+    company |= {"server_url": "https://sso.corp.example", "scopes": ["openid", "email", "groups"]}
+    company |= {"connect_existing_users": True}
 
     apps = oidc_providers(json.dumps([UNIVERSITY, company]))
 
