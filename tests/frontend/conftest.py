@@ -7,6 +7,7 @@ Screenshots go to test-artifacts/screenshots/<test name>/ (git-ignored).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -24,6 +26,9 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
+from tests.oidc_provider import CLIENT_ID as OIDC_CLIENT_ID
+from tests.oidc_provider import CLIENT_SECRET as OIDC_CLIENT_SECRET
+from tests.oidc_provider import DemoProvider
 from tests.processes import free_port, stop
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
@@ -226,5 +231,39 @@ def open_page(chromium: Any, live_portal: str) -> Iterator[Callable[..., Any]]:
     its page, with base_url set. At the end, the page must have had no CSP violation, no uncaught script
     error and no 5xx response."""
     opener, finish = page_opener(chromium, live_portal)
+    yield opener
+    finish()
+
+
+@pytest.fixture(scope="session")
+def oidc_portal(
+    django_db_setup: None,
+    django_db_blocker: object,
+    oidc_provider: DemoProvider,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """A second ASGI server of the portal, signing people in through the demo's OpenID provider, at the address
+    the provider knows as the portal's (`oidc_provider.portal_url`); yields its base URL."""
+    providers = [
+        {
+            "id": "demo",
+            "name": "Demo identity provider",
+            "server_url": oidc_provider.issuer,
+            "client_id": OIDC_CLIENT_ID,
+            "client_secret": OIDC_CLIENT_SECRET,
+            "scopes": ["openid", "profile", "email", "groups"],
+            "connect_existing_users": True,
+        }
+    ]
+    port = urlsplit(oidc_provider.portal_url).port
+    log = tmp_path_factory.mktemp("uvicorn-oidc") / "web.log"
+    with portal_server(log, port=port, environment={"PORTAL_OIDC_PROVIDERS": json.dumps(providers)}) as base_url:
+        yield base_url
+
+
+@pytest.fixture
+def open_oidc_page(chromium: Any, oidc_portal: str) -> Iterator[Callable[..., Any]]:
+    """`open_page`, for the portal that signs people in through the demo's OpenID provider (`oidc_portal`)."""
+    opener, finish = page_opener(chromium, oidc_portal)
     yield opener
     finish()
