@@ -138,24 +138,23 @@ class PortalCallbackView(OAuth2CallbackView):  # type: ignore[misc]
         return state, response
 
 
-def sign_in_start(request: HttpRequest, provider_id: str) -> HttpResponse:
-    """POST: off to the provider (GET shows a page with the button, so no link elsewhere can start a sign-in)."""
+def _allauth_view(view_class: Any, request: HttpRequest, provider_id: str) -> HttpResponse:
     try:
-        view = OAuth2LoginView.adapter_view(PortalOpenIDConnectAdapter(request, provider_id))
+        view = view_class.adapter_view(PortalOpenIDConnectAdapter(request, provider_id))
         response: HttpResponse = view(request)
     except SocialApp.DoesNotExist:
         raise Http404(f"No sign-in provider '{provider_id}' is configured.") from None
     return response
+
+
+def sign_in_start(request: HttpRequest, provider_id: str) -> HttpResponse:
+    """POST: off to the provider (GET shows a page with the button, so no link elsewhere can start a sign-in)."""
+    return _allauth_view(OAuth2LoginView, request, provider_id)
 
 
 def sign_in_callback(request: HttpRequest, provider_id: str) -> HttpResponse:
     """Where the provider sends the browser back with the code and the state."""
-    try:
-        view = PortalCallbackView.adapter_view(PortalOpenIDConnectAdapter(request, provider_id))
-        response: HttpResponse = view(request)
-    except SocialApp.DoesNotExist:
-        raise Http404(f"No sign-in provider '{provider_id}' is configured.") from None
-    return response
+    return _allauth_view(PortalCallbackView, request, provider_id)
 
 
 # The sign-in page and logout ----------------------------------------------------------------------------

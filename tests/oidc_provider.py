@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 import httpx
 
 from portal.env import oidc_providers
-from tests.processes import free_port, stop
+from tests.processes import free_port, stop, wait_until_answers
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "oidc" / "provider.mjs"
 PASSWORD = "demo-password-for-tests"
@@ -87,16 +87,7 @@ def provider_process(log: Path) -> Iterator[DemoProvider]:
         )
     issuer = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{issuer}/.well-known/openid-configuration", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the OpenID provider did not start; its log:\n{log.read_text()}")
-            time.sleep(0.2)
+        wait_until_answers(f"{issuer}/.well-known/openid-configuration", process, log, what="the OpenID provider")
         yield DemoProvider(issuer=issuer, portal_url=portal_url)
     finally:
         stop(process)

@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,7 +19,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -29,7 +27,7 @@ from django.test import Client
 from tests.oidc_provider import CLIENT_ID as OIDC_CLIENT_ID
 from tests.oidc_provider import CLIENT_SECRET as OIDC_CLIENT_SECRET
 from tests.oidc_provider import DemoProvider
-from tests.processes import free_port, stop
+from tests.processes import free_port, stop, wait_until_answers
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
@@ -77,16 +75,10 @@ def portal_server(log: Path, *, port: int | None = None, environment: dict[str, 
         )
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base_url}/login/", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the portal's ASGI server did not start; its log:\n{log.read_text()}")
-            time.sleep(0.2)
+        try:
+            wait_until_answers(f"{base_url}/login/", server, log, what="the portal's ASGI server")
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
         yield base_url
     finally:
         stop(server)
