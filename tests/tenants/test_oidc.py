@@ -184,6 +184,18 @@ def test_a_deactivated_account_is_not_signed_in(configure: Callable[..., Any]) -
     assert signed_in_username(browser) is None
 
 
+def test_opening_the_sign_in_address_only_offers_a_button(configure: Callable[..., Any]) -> None:
+    browser = Client()
+
+    response = browser.get("/oidc/demo/login/?next=/jobs/")
+
+    assert response.status_code == 200
+    page = " ".join(response.content.decode().split())
+    assert '<form method="post"> <input type="hidden" name="csrfmiddlewaretoken"' in page
+    assert '<button type="submit" class="button">Continue to Demo identity provider</button>' in page
+    assert "socialaccount_states" not in browser.session  # nothing started until the button is pressed
+
+
 def test_an_unknown_provider_is_not_found(configure: Callable[..., Any]) -> None:
     assert Client().post("/oidc/nobody/login/").status_code == 404
     assert Client().get("/oidc/nobody/login/callback/?code=x&state=y").status_code == 404
