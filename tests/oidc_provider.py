@@ -4,7 +4,10 @@ that alters what it answers (a tampered, foreign, expired or replayed ID token, 
 
 The `oidc_provider` session fixture (tests/conftest.py) starts one provider for the whole run. It knows the
 portal as three clients: `gpuportal` (the portal's), `gpuportal-short` (ID tokens that live one second) and
-`another-app` (someone else's application, for tokens with the wrong audience).
+`another-app` (someone else's application, for tokens with the wrong audience); and two machine identities
+(client credentials): `ci-pipeline` and `ci-short` (access tokens that live one second). It issues JWT access
+tokens for two APIs: the portal's (API_AUDIENCE) and someone else's (OTHER_API_AUDIENCE). People's claims can be
+changed while it runs (`DemoProvider.change_claims`: their groups, a claim taken away).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
 import httpx
+from django.contrib.auth import get_user_model
+from django.test import Client
 
 from portal.env import oidc_providers
 from tests.processes import free_port, stop, wait_until_answers
@@ -32,6 +37,8 @@ PASSWORD = "demo-password-for-tests"
 CLIENT_ID, CLIENT_SECRET = "gpuportal", "tests-client-secret"
 SHORT_CLIENT_ID = "gpuportal-short"
 OTHER_CLIENT_ID, OTHER_REDIRECT = "another-app", "http://127.0.0.1:9/another-app/callback"
+CI_CLIENT_ID, CI_SHORT_CLIENT_ID = "ci-pipeline", "ci-short"
+API_AUDIENCE, OTHER_API_AUDIENCE = "http://testserver/api", "http://other-api.example/api"
 # The portal's provider ids the tests configure; each has its callback registered at the provider.
 PROVIDER_IDS = ("demo", "short", "relayed", "university", "company")
 
@@ -41,6 +48,33 @@ class DemoProvider:
     issuer: str
     # Where the browser tests' portal (tests/frontend, `oidc_portal`) listens: its callbacks are registered.
     portal_url: str
+    # Claims that replace people's built-in ones (provider.mjs reads it at each sign-in).
+    identities_file: Path
+
+    def change_claims(self, username: str, **claims: Any) -> None:
+        """From the next sign-in on, `username` has these claims instead of the built-in ones (None: none)."""
+        changed = json.loads(self.identities_file.read_text()) if self.identities_file.exists() else {}
+        changed[username] = changed.get(username, {}) | claims
+        self.identities_file.write_text(json.dumps(changed))
+
+    def reset_claims(self) -> None:
+        self.identities_file.unlink(missing_ok=True)
+
+    def access_token(self, *, client_id: str = CI_CLIENT_ID, resource: str = API_AUDIENCE) -> str:
+        """A JWT access token for `resource` that the provider issues to a machine identity (client credentials)."""
+        answer = httpx.post(
+            self.configuration()["token_endpoint"],
+            data={
+                "grant_type": "client_credentials",
+                "scope": "api",
+                "resource": resource,
+                "client_id": client_id,
+                "client_secret": CLIENT_SECRET,
+            },
+            timeout=10,
+        )
+        answer.raise_for_status()
+        return str(answer.json()["access_token"])
 
     def providers(self, *entries: dict[str, Any]) -> list[dict[str, Any]]:
         """allauth's APPS for these PORTAL_OIDC_PROVIDERS entries, each defaulting to this provider and the
@@ -63,10 +97,13 @@ def _clients(portal_bases: list[str]) -> list[dict[str, Any]]:
     callbacks = [f"{base}/oidc/{provider_id}/login/callback/" for base in portal_bases for provider_id in PROVIDER_IDS]
     after_logout = [f"{base}/login/" for base in portal_bases]
     portal = {"redirect_uris": callbacks, "post_logout_redirect_uris": after_logout}
+    machine = {"client_secret": CLIENT_SECRET, "redirect_uris": [], "grant_types": ["client_credentials"]}
     return [
         {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET, **portal},
         {"client_id": SHORT_CLIENT_ID, "client_secret": CLIENT_SECRET, "id_token_ttl_seconds": 1, **portal},
         {"client_id": OTHER_CLIENT_ID, "client_secret": CLIENT_SECRET, "redirect_uris": [OTHER_REDIRECT]},
+        {**machine, "client_id": CI_CLIENT_ID},
+        {**machine, "client_id": CI_SHORT_CLIENT_ID, "access_token_ttl_seconds": 1},
     ]
 
 
@@ -79,6 +116,8 @@ def provider_process(log: Path) -> Iterator[DemoProvider]:
         "OIDC_PROVIDER_HOST": "127.0.0.1",
         "OIDC_PROVIDER_PORT": str(port),
         "OIDC_CLIENTS": json.dumps(_clients(["http://testserver", portal_url])),
+        "OIDC_API_RESOURCES": json.dumps([API_AUDIENCE, OTHER_API_AUDIENCE]),
+        "OIDC_IDENTITIES_FILE": str(log.parent / "identities.json"),
         "DEMO_PASSWORD": PASSWORD,
     }
     with log.open("w") as output:
@@ -88,7 +127,7 @@ def provider_process(log: Path) -> Iterator[DemoProvider]:
     issuer = f"http://127.0.0.1:{port}"
     try:
         wait_until_answers(f"{issuer}/.well-known/openid-configuration", process, log, what="the OpenID provider")
-        yield DemoProvider(issuer=issuer, portal_url=portal_url)
+        yield DemoProvider(issuer=issuer, portal_url=portal_url, identities_file=log.parent / "identities.json")
     finally:
         stop(process)
 
@@ -198,3 +237,37 @@ class TokenRelay:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+# The portal's side, in Django's test client ----------------------------------------------------------------
+
+REFUSED_HEADING = '<h1 id="refused-heading">Sign-in refused</h1>'
+
+
+def start(browser: Client, provider_id: str = "demo", **data: str) -> str:
+    """Presses 'Sign in with ...' on the login page; returns where the portal sends the browser (the provider)."""
+    response = browser.post(f"/oidc/{provider_id}/login/", data)
+    assert response.status_code == 302, response.content
+    return str(response["Location"])
+
+
+def come_back(browser: Client, callback_url: str) -> Any:
+    """The browser arriving back at the portal from the provider."""
+    parts = urlsplit(callback_url)
+    assert parts.netloc == "testserver", callback_url
+    return browser.get(f"{parts.path}?{parts.query}")
+
+
+def sign_in(browser: Client, username: str, provider_id: str = "demo") -> Any:
+    return come_back(browser, sign_in_at_provider(start(browser, provider_id), username=username))
+
+
+def refusal(response: Any) -> str:
+    page = " ".join(response.content.decode().split())
+    assert REFUSED_HEADING in page, page
+    return str(response.context["message"])
+
+
+def signed_in_username(browser: Client) -> str | None:
+    user_id = browser.session.get("_auth_user_id")
+    return get_user_model().objects.get(pk=user_id).username if user_id else None

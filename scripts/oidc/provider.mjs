@@ -5,22 +5,31 @@
 // Environment:
 //   OIDC_PROVIDER_HOST, OIDC_PROVIDER_PORT   where it listens (127.0.0.1, 8300); the issuer is http://HOST:PORT
 //   OIDC_CLIENTS      JSON list of clients: {client_id, client_secret, redirect_uris, post_logout_redirect_uris,
-//                     id_token_ttl_seconds (optional, default 3600)}
+//                     id_token_ttl_seconds (optional, default 3600), grant_types (optional, default
+//                     ["authorization_code"]; ["client_credentials"] for a machine identity such as a CI pipeline),
+//                     access_token_ttl_seconds (optional, default 600: the JWT access tokens for an API)}
+//   OIDC_API_RESOURCES  JSON list of APIs (resource indicators, RFC 8707) the provider issues JWT access tokens for
+//                     (scope `api`, audience the resource), e.g. ["http://127.0.0.1:8000/api"]; default none
+//   OIDC_IDENTITIES_FILE  optional JSON file {username: {claim: value, ...}} read at each sign-in: claims that
+//                     replace the built-in ones (null removes one), so a person's groups can change while it runs
 //   DEMO_PASSWORD     the demo identities' password
 //
 // Keys (signing and cookie) are made anew at each start: a restart signs everyone out of the provider, which a
 // demo can afford. Nothing here is fit to be a production identity provider; the portal's side is.
 import { generateKeyPairSync, randomBytes, timingSafeEqual } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { URLSearchParams } from 'node:url';
 
-import Provider from 'oidc-provider';
+import Provider, { errors } from 'oidc-provider';
 
 const host = process.env.OIDC_PROVIDER_HOST || '127.0.0.1';
 const port = Number(process.env.OIDC_PROVIDER_PORT || 8300);
 const issuer = `http://${host}:${port}`;
 const password = process.env.DEMO_PASSWORD || 'demo';
 const clients = JSON.parse(process.env.OIDC_CLIENTS || '[]');
+const apiResources = JSON.parse(process.env.OIDC_API_RESOURCES || '[]');
+const identitiesFile = process.env.OIDC_IDENTITIES_FILE;
 if (clients.length === 0) {
   console.error('OIDC_CLIENTS names no client: give the portal\'s client id, secret and redirect URIs');
   process.exit(2);
@@ -35,7 +44,22 @@ const IDENTITIES = {
   dana: { name: 'Dana Diaz', given_name: 'Dana', family_name: 'Diaz', groups: ['acme-vision-members'] },
 };
 
+function changedClaimsOf(username) {
+  if (!identitiesFile) return {};
+  try {
+    return JSON.parse(readFileSync(identitiesFile, 'utf8'))[username] || {};
+  } catch (error) {
+    if (error.code === 'ENOENT') return {};
+    throw error;
+  }
+}
+
 function claimsOf(username) {
+  const claims = { ...builtInClaimsOf(username), ...changedClaimsOf(username) };
+  return Object.fromEntries(Object.entries(claims).filter(([, value]) => value !== null));
+}
+
+function builtInClaimsOf(username) {
   const person = IDENTITIES[username];
   return {
     sub: username,
@@ -58,6 +82,7 @@ function passwordMatches(given) {
 const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
 const signingKey = { ...privateKey.export({ format: 'jwk' }), kid: randomBytes(8).toString('hex'), use: 'sig', alg: 'RS256' };
 const idTokenTtl = Object.fromEntries(clients.map((client) => [client.client_id, client.id_token_ttl_seconds || 3600]));
+const accessTokenTtl = Object.fromEntries(clients.map((client) => [client.client_id, client.access_token_ttl_seconds || 600]));
 
 const provider = new Provider(issuer, {
   clients: clients.map((client) => ({
@@ -65,12 +90,12 @@ const provider = new Provider(issuer, {
     client_secret: client.client_secret,
     redirect_uris: client.redirect_uris,
     post_logout_redirect_uris: client.post_logout_redirect_uris || [],
-    grant_types: ['authorization_code'],
-    response_types: ['code'],
+    grant_types: client.grant_types || ['authorization_code'],
+    response_types: (client.grant_types || ['authorization_code']).includes('authorization_code') ? ['code'] : [],
     token_endpoint_auth_method: 'client_secret_post',
   })),
   pkce: { required: () => true },
-  scopes: ['openid', 'profile', 'email', 'groups'],
+  scopes: ['openid', 'profile', 'email', 'groups', 'api'],
   claims: {
     openid: ['sub'],
     profile: ['preferred_username', 'name', 'given_name', 'family_name'],
@@ -85,6 +110,26 @@ const provider = new Provider(issuer, {
   features: {
     devInteractions: { enabled: false },
     rpInitiatedLogout: { enabled: true, logoutSource, postLogoutSuccessSource },
+    clientCredentials: { enabled: true },
+    // Access tokens for an API in OIDC_API_RESOURCES are JWTs the API checks itself (issuer, audience, expiry,
+    // signature against this provider's JWKS); without a resource, the access token is for userinfo only.
+    resourceIndicators: {
+      enabled: true,
+      defaultResource: () => undefined,
+      getResourceServerInfo(ctx, resourceIndicator, client) {
+        if (!apiResources.includes(resourceIndicator)) throw new errors.InvalidTarget();
+        return {
+          scope: 'api',
+          audience: resourceIndicator,
+          accessTokenFormat: 'jwt',
+          accessTokenTTL: accessTokenTtl[client.clientId] || 600,
+        };
+      },
+    },
+  },
+  // Who a JWT access token is for, by name: the person, or the machine identity (client) itself.
+  async extraTokenClaims(ctx, token) {
+    return { preferred_username: token.accountId || token.clientId };
   },
   async findAccount(ctx, sub) {
     if (!IDENTITIES[sub]) return undefined;
@@ -96,6 +141,9 @@ const provider = new Provider(issuer, {
     if (grantId) return ctx.oidc.provider.Grant.find(grantId);
     const grant = new ctx.oidc.provider.Grant({ clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId });
     grant.addOIDCScope('openid profile email groups');
+    for (const resource of [ctx.oidc.params.resource || []].flat()) {
+      if (apiResources.includes(resource)) grant.addResourceScope(resource, 'api');
+    }
     await grant.save();
     return grant;
   },

@@ -27,59 +27,16 @@ from tests.oidc_provider import (
     SHORT_CLIENT_ID,
     DemoProvider,
     TokenRelay,
+    come_back,
     id_token_for,
+    refusal,
+    sign_in,
     sign_in_at_provider,
+    signed_in_username,
+    start,
 )
 
 pytestmark = pytest.mark.django_db
-
-REFUSED_HEADING = '<h1 id="refused-heading">Sign-in refused</h1>'
-
-
-@pytest.fixture
-def configure(settings: Any, oidc_provider: DemoProvider) -> Callable[..., list[dict[str, Any]]]:
-    """`configure(*entries)`: the portal signs in through these providers (PORTAL_OIDC_PROVIDERS entries, each
-    defaulting to the demo provider and the portal's client)."""
-
-    def apply(*entries: dict[str, Any]) -> list[dict[str, Any]]:
-        apps = oidc_provider.providers(*entries)
-        settings.SOCIALACCOUNT_PROVIDERS = {
-            "openid_connect": {**settings.SOCIALACCOUNT_PROVIDERS["openid_connect"], "APPS": apps}
-        }
-        return apps
-
-    apply({"connect_existing_users": True})
-    return apply
-
-
-def start(browser: Client, provider_id: str = "demo", **data: str) -> str:
-    """Presses 'Sign in with ...' on the login page; returns where the portal sends the browser (the provider)."""
-    response = browser.post(f"/oidc/{provider_id}/login/", data)
-    assert response.status_code == 302, response.content
-    return str(response["Location"])
-
-
-def come_back(browser: Client, callback_url: str) -> Any:
-    """The browser arriving back at the portal from the provider."""
-    parts = urlsplit(callback_url)
-    assert parts.netloc == "testserver", callback_url
-    return browser.get(f"{parts.path}?{parts.query}")
-
-
-def sign_in(browser: Client, username: str, provider_id: str = "demo") -> Any:
-    return come_back(browser, sign_in_at_provider(start(browser, provider_id), username=username))
-
-
-def refusal(response: Any) -> str:
-    page = " ".join(response.content.decode().split())
-    assert REFUSED_HEADING in page, page
-    return str(response.context["message"])
-
-
-def signed_in_username(browser: Client) -> str | None:
-    user_id = browser.session.get("_auth_user_id")
-    return get_user_model().objects.get(pk=user_id).username if user_id else None
-
 
 # Signing in ---------------------------------------------------------------------------------------------
 
