@@ -10,7 +10,9 @@ ends on one page that says what was wrong, and nobody is signed in.
 A first sign-in makes the portal account just in time (username from `preferred_username`, e-mail and names
 from the provider) with an audit event in the same transaction. A username that already belongs to a portal
 account is connected to it only where the provider is trusted for that (`connect_existing_users`); otherwise
-the sign-in is refused with what to do. Which tenants and projects a newcomer joins is not decided here.
+the sign-in is refused with what to do. Each sign-in, the first included, then applies the provider's directory
+(tenants/directory.py: roles from the groups, POSIX users from the claims) in the same transaction; a conflict
+rolls everything back and refuses the sign-in with a page that says why, and the portal admins are told.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -42,6 +45,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
+from tenants.directory import DirectoryConflict, SignInClaims, directory_conflict_notify, directory_sign_in_apply
 from tenants.services import audit_record
 
 logger = logging.getLogger(__name__)
@@ -231,6 +235,7 @@ class SignInAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]
                 raise self._refuse(
                     request, name, "Your portal account is deactivated. Nobody was signed in; ask your portal admin."
                 )
+            self._with_directory(request, sociallogin, lambda: _profile_update(sociallogin))
             return
         claims = provider.account_class(sociallogin.account).get_user_data() or {}
         username = claims.get("preferred_username")
@@ -263,7 +268,8 @@ class SignInAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]
                 f"The username '{username}' already belongs to another portal account, which is not connected to "
                 f"your identity at {name}. Nobody was signed in; ask your portal admin to connect the two.",
             )
-        with transaction.atomic():
+
+        def connect() -> User:
             sociallogin.connect(request, existing)
             audit_record(
                 actor=existing,
@@ -273,11 +279,16 @@ class SignInAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]
                 before=None,
                 after=_identity_state(sociallogin, name),
             )
+            return existing
+
+        self._with_directory(request, sociallogin, connect)
 
     def save_user(self, request: HttpRequest, sociallogin: SocialLogin, form: Any = None) -> Any:
-        """A newcomer's first sign-in: the account and its audit event in one transaction."""
-        with transaction.atomic():
-            user = super().save_user(request, sociallogin, form)
+        """A newcomer's first sign-in: the account, its audit event and what the directory gives them, in one
+        transaction."""
+
+        def create() -> User:
+            user: User = super(SignInAdapter, self).save_user(request, sociallogin, form)
             audit_record(
                 actor=user,
                 action="user.created_by_sign_in",
@@ -286,6 +297,29 @@ class SignInAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]
                 before=None,
                 after=_identity_state(sociallogin, sociallogin.account.get_provider().app.name),
             )
+            return user
+
+        return self._with_directory(request, sociallogin, create)
+
+    def _with_directory(self, request: HttpRequest, sociallogin: SocialLogin, change: Callable[[], User]) -> User:
+        """`change` (making or finding the account), then the directory's roles and POSIX users from the claims,
+        all in one transaction. A conflict rolls it all back, tells the admins and refuses the sign-in."""
+        name = sociallogin.account.get_provider().app.name
+        claims = _claims(sociallogin)
+        try:
+            with transaction.atomic():
+                user = change()
+                directory_sign_in_apply(
+                    SignInClaims(user=user, provider_id=sociallogin.account.provider, provider_name=name, claims=claims)
+                )
+        except DirectoryConflict as conflict:
+            username = str(claims.get("preferred_username") or sociallogin.account.uid)
+            directory_conflict_notify(provider_name=name, username=username, problem=conflict.problem)
+            raise self._refuse(
+                request,
+                name,
+                f"{conflict.problem} Nobody was signed in and nothing was changed; the portal admins have been told.",
+            ) from conflict
         return user
 
     def on_authentication_error(
@@ -316,6 +350,35 @@ class SignInAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]
     def _refuse(self, request: HttpRequest, provider_name: str, message: str) -> ImmediateHttpResponse:
         request.portal_oidc_sign_in = None  # type: ignore[attr-defined]
         return _refusal(request, provider_name=provider_name, message=message, status=403)
+
+
+def _claims(sociallogin: SocialLogin) -> dict[str, Any]:
+    """What the provider said about the person in this sign-in: the ID token's claims and the userinfo's."""
+    data = sociallogin.account.extra_data or {}
+    return {**(data.get("id_token") or {}), **(data.get("userinfo") or {})}
+
+
+# The account's fields the provider keeps up to date at each sign-in: the claim each comes from, and its length.
+_PROFILE_CLAIMS = {"email": ("email", 254), "first_name": ("given_name", 150), "last_name": ("family_name", 150)}
+
+
+def _profile_update(sociallogin: SocialLogin) -> User:
+    """A returning person's e-mail and names as the provider now has them (audited when they changed)."""
+    user: User = sociallogin.user
+    claims = _claims(sociallogin)
+    before = {field: getattr(user, field) for field in _PROFILE_CLAIMS}
+    after = {
+        field: str(claims[claim])[:max_length]
+        for field, (claim, max_length) in _PROFILE_CLAIMS.items()
+        if claims.get(claim)
+    }
+    after = before | after
+    if after != before:
+        for field, value in after.items():
+            setattr(user, field, value)
+        user.save(update_fields=list(_PROFILE_CLAIMS))
+        audit_record(actor=user, action="user.updated_by_sign_in", target=user, tenant=None, before=before, after=after)
+    return user
 
 
 def _identity_state(sociallogin: SocialLogin, provider_name: str) -> dict[str, Any]:
