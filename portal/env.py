@@ -106,7 +106,14 @@ def database_from_url(url: str) -> dict[str, object]:
 
 # What a provider in PORTAL_OIDC_PROVIDERS may say; README, "Single sign-on".
 _OIDC_REQUIRED = ("id", "name", "server_url", "client_id")
-_OIDC_OPTIONAL = ("client_secret", "client_secret_file", "scopes", "connect_existing_users")
+_OIDC_OPTIONAL = (
+    "client_secret",
+    "client_secret_file",
+    "scopes",
+    "connect_existing_users",
+    "api_audience",
+    "api_user_claim",
+)
 _OIDC_DEFAULT_SCOPES = ["openid", "profile", "email"]
 
 
@@ -157,6 +164,9 @@ def oidc_providers(raw: str) -> list[dict[str, Any]]:
                     "scope": list(entry.get("scopes") or _OIDC_DEFAULT_SCOPES),
                     "oauth_pkce_enabled": True,
                     "connect_existing_users": bool(entry.get("connect_existing_users", False)),
+                    # The provider's access tokens for this audience are accepted by the REST API and WebSockets.
+                    "api_audience": str(entry.get("api_audience") or ""),
+                    "api_user_claim": str(entry.get("api_user_claim") or "sub"),
                 },
             }
         )

@@ -1,5 +1,6 @@
 """WebSocket handshakes: who may open one (the origin rule) and who they are (session or API token).
 
+A bearer token is the portal's own or an OpenID provider's access token (tenants/provider_tokens.py).
 Browsers authenticate WebSockets with their session cookie (Channels' AuthMiddlewareStack). A browser sends
 that cookie whatever page opens the socket, so a cookie is trusted only with an `Origin` of the portal's own
 hosts (ALLOWED_HOSTS): a page on another site is refused before any consumer runs (cross-site WebSocket
@@ -20,7 +21,7 @@ from channels.middleware import BaseMiddleware
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.contrib.auth.models import AnonymousUser
 
-from tenants.services import token_authenticate
+from tenants.provider_tokens import BearerTokenRefused, bearer_authenticate
 from tenants.throttles import TokenGuessThrottle, client_address
 
 
@@ -38,11 +39,12 @@ def _user_for(secret: str, address: str | None) -> Any:
     throttle = TokenGuessThrottle()
     if throttle.blocked_for(address) is not None:
         return AnonymousUser()
-    token = token_authenticate(secret=secret)
-    if token is None:
+    try:
+        user, _token = bearer_authenticate(secret=secret)
+    except BearerTokenRefused:
         throttle.record_failure(address)
         return AnonymousUser()
-    return token.user
+    return user
 
 
 def _websocket_address(scope: dict[str, Any], headers: dict[bytes, bytes]) -> str | None:

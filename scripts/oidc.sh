@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo's OpenID provider (scripts/oidc/provider.mjs: the certified `oidc-provider` package from npm) on
-# OIDC_PROVIDER_HOST:OIDC_PROVIDER_PORT (127.0.0.1:8300), with the portal at PORTAL_BASE_URL as its client.
+# OIDC_PROVIDER_HOST:OIDC_PROVIDER_PORT (127.0.0.1:8300), with the portal at PORTAL_BASE_URL as its client, a
+# machine identity `ci-pipeline` (client credentials, same secret) and JWT access tokens for PORTAL_BASE_URL/api.
 #   install   npm ci from scripts/oidc/package-lock.json (make test needs it too)
 #   up        install, then start it (log var/log/oidc.log) and wait until it answers
 #   down      stop it
@@ -41,8 +42,13 @@ print(json.dumps([{
     "client_secret": os.environ["SECRET"],
     "redirect_uris": [portal + "/oidc/demo/login/callback/"],
     "post_logout_redirect_uris": [portal + "/login/"],
+}, {
+    "client_id": "ci-pipeline",
+    "client_secret": os.environ["SECRET"],
+    "redirect_uris": [],
+    "grant_types": ["client_credentials"],
 }]))')
-  OIDC_PROVIDER_HOST=$HOST OIDC_PROVIDER_PORT=$PORT OIDC_CLIENTS=$clients \
+  OIDC_PROVIDER_HOST=$HOST OIDC_PROVIDER_PORT=$PORT OIDC_CLIENTS=$clients OIDC_API_RESOURCES="[\"$PORTAL/api\"]" \
     setsid node scripts/oidc/provider.mjs >>"$LOG" 2>&1 </dev/null &
   echo $! > "$PIDFILE"
   for _ in $(seq 1 60); do
@@ -67,8 +73,8 @@ down() {
 }
 
 providers() {
-  printf '[{"id": "demo", "name": "Demo identity provider", "server_url": "http://%s:%s", "client_id": "gpuportal", "client_secret_file": "%s", "scopes": ["openid", "profile", "email", "groups"], "connect_existing_users": true}]\n' \
-    "$HOST" "$PORT" "$SECRET_FILE"
+  printf '[{"id": "demo", "name": "Demo identity provider", "server_url": "http://%s:%s", "client_id": "gpuportal", "client_secret_file": "%s", "scopes": ["openid", "profile", "email", "groups"], "connect_existing_users": true, "api_audience": "%s/api"}]\n' \
+    "$HOST" "$PORT" "$SECRET_FILE" "$PORTAL"
 }
 
 case "${1:-}" in

@@ -162,6 +162,14 @@ def sign_in_at_provider(authorize_url: str, *, username: str, password: str = PA
 
 def id_token_for(provider: DemoProvider, *, client_id: str, redirect_uri: str, username: str) -> str:
     """An ID token the provider issues to `client_id` after `username` signs in (a whole code flow with PKCE)."""
+    return str(tokens_for(provider, client_id=client_id, redirect_uri=redirect_uri, username=username)["id_token"])
+
+
+def tokens_for(
+    provider: DemoProvider, *, client_id: str, redirect_uri: str, username: str, resource: str | None = None
+) -> dict[str, Any]:
+    """The token endpoint's answer to `client_id` after `username` signs in (a whole code flow with PKCE); with
+    `resource`, its access token is a JWT for that API."""
     import base64
     import hashlib
     import secrets
@@ -169,15 +177,17 @@ def id_token_for(provider: DemoProvider, *, client_id: str, redirect_uri: str, u
     verifier = secrets.token_urlsafe(48)
     challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
     configuration = provider.configuration()
+    for_api = {"resource": resource} if resource else {}
     query = {
         "client_id": client_id,
         "redirect_uri": redirect_uri,
         "response_type": "code",
-        "scope": "openid profile email",
+        "scope": "openid profile email" + (" api" if resource else ""),
         "state": "s",
         "nonce": "n-" + secrets.token_urlsafe(8),
         "code_challenge": challenge,
         "code_challenge_method": "S256",
+        **for_api,
     }
     back = sign_in_at_provider(f"{configuration['authorization_endpoint']}?{urlencode(query)}", username=username)
     code = parse_qs(urlsplit(back).query)["code"][0]
@@ -190,11 +200,12 @@ def id_token_for(provider: DemoProvider, *, client_id: str, redirect_uri: str, u
             "client_id": client_id,
             "client_secret": CLIENT_SECRET,
             "code_verifier": verifier,
+            **for_api,
         },
         timeout=10,
     )
     tokens.raise_for_status()
-    return str(tokens.json()["id_token"])
+    return dict(tokens.json())
 
 
 class TokenRelay:

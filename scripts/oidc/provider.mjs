@@ -95,7 +95,7 @@ const provider = new Provider(issuer, {
     token_endpoint_auth_method: 'client_secret_post',
   })),
   pkce: { required: () => true },
-  scopes: ['openid', 'profile', 'email', 'groups', 'api'],
+  scopes: ['openid', 'profile', 'email', 'groups'],
   claims: {
     openid: ['sub'],
     profile: ['preferred_username', 'name', 'given_name', 'family_name'],

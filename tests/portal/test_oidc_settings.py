@@ -21,7 +21,8 @@ UNIVERSITY = {
 def test_each_provider_becomes_an_allauth_app_that_uses_pkce() -> None:
     company: dict[str, object] = {"id": "company", "name": "Example Corp", "client_id": "p"}
     company |= {"server_url": "https://sso.corp.example", "scopes": ["openid", "email", "groups"]}
-    company |= {"connect_existing_users": True}
+    company |= {"connect_existing_users": True, "api_audience": "https://gpu.example/api"}
+    company |= {"api_user_claim": "preferred_username"}
 
     apps = oidc_providers(json.dumps([UNIVERSITY, company]))
 
@@ -36,6 +37,8 @@ def test_each_provider_becomes_an_allauth_app_that_uses_pkce() -> None:
                 "scope": ["openid", "profile", "email"],
                 "oauth_pkce_enabled": True,
                 "connect_existing_users": False,
+                "api_audience": "",
+                "api_user_claim": "sub",
             },
         },
         {
@@ -48,6 +51,8 @@ def test_each_provider_becomes_an_allauth_app_that_uses_pkce() -> None:
                 "scope": ["openid", "email", "groups"],
                 "oauth_pkce_enabled": True,
                 "connect_existing_users": True,
+                "api_audience": "https://gpu.example/api",
+                "api_user_claim": "preferred_username",
             },
         },
     ]

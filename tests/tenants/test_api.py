@@ -383,7 +383,8 @@ def test_the_schema_documents_every_route_and_the_error_shape() -> None:
     assert schema["components"]["securitySchemes"]["bearerAuth"] == {
         "type": "http",
         "scheme": "bearer",
-        "description": "A token from POST /api/v1/tokens/.",
+        "description": "A token from POST /api/v1/tokens/, or an access token (JWT) of a configured OpenID "
+        "provider for the portal's API audience.",
     }
     docs = Client().get("/api/docs/").content.decode()
     assert "cdn" not in docs.lower()
