@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -144,17 +145,25 @@ def directory_roles_apply(sign_in: SignInClaims) -> None:
     }
     try:
         for slug, role in tenant_roles.items():
-            tenant_membership = tenant_memberships.get(slug)
-            if tenant_membership is None:
-                services.tenant_member_add(actor=None, tenant=tenants[slug], user=user, role=role, origin=origin)
-            elif tenant_membership.origin == origin and tenant_membership.role != role:
-                services.tenant_member_change_role(actor=None, membership=tenant_membership, role=role, origin=origin)
+            _grant(
+                tenant_memberships.get(slug),
+                role,
+                origin,
+                add=partial(
+                    services.tenant_member_add, actor=None, tenant=tenants[slug], user=user, role=role, origin=origin
+                ),
+                change_role=services.tenant_member_change_role,
+            )
         for key, role in project_roles.items():
-            project_membership = project_memberships.get(key)
-            if project_membership is None:
-                services.project_member_add(actor=None, project=projects[key], user=user, role=role, origin=origin)
-            elif project_membership.origin == origin and project_membership.role != role:
-                services.project_member_change_role(actor=None, membership=project_membership, role=role, origin=origin)
+            _grant(
+                project_memberships.get(key),
+                role,
+                origin,
+                add=partial(
+                    services.project_member_add, actor=None, project=projects[key], user=user, role=role, origin=origin
+                ),
+                change_role=services.project_member_change_role,
+            )
         # What the directory gave earlier and the groups no longer give.
         for key, project_membership in project_memberships.items():
             if project_membership.origin == origin and key not in project_roles:
@@ -170,6 +179,22 @@ def directory_roles_apply(sign_in: SignInClaims) -> None:
                 services.tenant_member_remove(actor=None, membership=tenant_membership)
     except ValidationError as refusal:
         raise DirectoryConflict(" ".join(refusal.messages)) from refusal
+
+
+def _grant(
+    membership: TenantMembership | ProjectMembership | None,
+    role: str,
+    origin: str,
+    *,
+    add: Callable[[], object],
+    change_role: Callable[..., object],
+) -> None:
+    """The role the groups give: added where the person has none there, changed where the directory gave
+    another, left alone where it was granted by hand."""
+    if membership is None:
+        add()
+    elif membership.origin == origin and membership.role != role:
+        change_role(actor=None, membership=membership, role=role, origin=origin)
 
 
 def directory_sign_in_apply(sign_in: SignInClaims) -> None:

@@ -254,3 +254,22 @@ def test_another_providers_mappings_do_not_apply(configure: Callable[..., Any], 
     assert sign_in(Client(), "dana")["Location"] == "/"
 
     assert roles_of("dana") == {}
+
+
+def test_a_removal_a_rule_forbids_is_refused_and_changes_nothing(
+    directory: dict[str, Any], staff: Any, oidc_provider: DemoProvider
+) -> None:
+    from tenants.services import tenant_member_remove
+
+    oidc_provider.change_claims("dana", groups=["globex-admins"])
+    sign_in(Client(), "dana")
+    tenant_member_remove(actor=None, membership=TenantMembership.objects.get(user__username="gus"))
+    oidc_provider.change_claims("dana", groups=[])
+    browser = Client()
+
+    assert_conflict(
+        browser,
+        sign_in(browser, "dana"),
+        "'dana' is the last admin of tenant 'globex'; make another member an admin before removing them.",
+    )
+    assert roles_of("dana") == {"globex": ("admin", ORIGIN)}
