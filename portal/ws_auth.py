@@ -78,6 +78,14 @@ class SameOriginOrBearerValidator:
         return await self.browsers(scope, receive, send)
 
 
+async def websocket_refuse(consumer: AsyncWebsocketConsumer, code: int) -> None:
+    """Refuse a WebSocket with a close code the client can read (4400, 4401, 4403, 4404): accepted, then closed
+    at once. Closing before accepting would make the server answer the handshake with a bare HTTP 403, which
+    browsers report without any code."""
+    await consumer.accept()
+    await consumer.close(code=code)
+
+
 class UnknownWebsocketRoute(AsyncWebsocketConsumer):  # type: ignore[misc]
     """Refuses a handshake for an address no route matches (`../` and the like) with 4404.
 
@@ -85,4 +93,4 @@ class UnknownWebsocketRoute(AsyncWebsocketConsumer):  # type: ignore[misc]
     """
 
     async def connect(self) -> None:
-        await self.close(code=4404)
+        await websocket_refuse(self, 4404)

@@ -70,6 +70,7 @@ from tests.isolation_rules import (
     everyone,
     only,
 )
+from tests.websockets import handshake
 
 TENANT_SLUG, PROJECT_SLUG = "matrixco", "matrixproj"
 
@@ -607,7 +608,7 @@ def test_websocket_routes_accept_exactly_the_matrix_roles() -> None:
         if cookie is not None:
             headers.append((b"cookie", cookie))
         communicator = WebsocketCommunicator(application, "/" + path, headers=headers)
-        connected, _ = await communicator.connect(timeout=5)
+        connected, _ = await handshake(communicator, timeout=5)
         await communicator.disconnect()
         return bool(connected)
 

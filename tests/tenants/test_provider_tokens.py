@@ -28,6 +28,7 @@ from tests.oidc_provider import (
     sign_in,
     tokens_for,
 )
+from tests.websockets import handshake
 
 pytestmark = pytest.mark.django_db
 
@@ -149,7 +150,7 @@ async def _connects(authorization: str) -> bool:
     communicator = WebsocketCommunicator(
         application, "/ws/clusters/", headers=[(b"host", b"127.0.0.1:8000"), (b"authorization", authorization.encode())]
     )
-    connected, _ = await communicator.connect(timeout=5)
+    connected, _ = await handshake(communicator, timeout=5)
     await communicator.disconnect()
     return bool(connected)
 
