@@ -3,12 +3,14 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 DB_NAME ?= gpuportal
 
-.PHONY: demo test venv services cluster database migrate seed portal stop lint bench browser drills load nginx
+.PHONY: demo test venv services cluster database migrate seed portal stop lint bench browser drills load nginx oidc oidc-install
 
 # The demo is production on one machine, with one convenience: plain HTTP on loopback, so no TLS certificate
 # is needed (README, "Configuration": PORTAL_HTTPS). Everything else runs with the production defaults.
 demo: export PORTAL_HTTPS = false
-demo: cluster database seed portal ## Everything, with demo data, on http://127.0.0.1:8000
+# Single sign-on through the demo's own OpenID provider (scripts/oidc.sh), unless PORTAL_OIDC_PROVIDERS names others.
+demo: export PORTAL_OIDC_PROVIDERS ?= $(shell bash scripts/oidc.sh providers)
+demo: cluster database seed oidc portal ## Everything, with demo data, on http://127.0.0.1:8000
 	@$(PY) manage.py shell -v 0 -c "from clusters.tasks import cluster_sync_all, slurm_reconcile_all; cluster_sync_all.delay(); slurm_reconcile_all.delay()"
 	@bash scripts/portal.sh wait-healthy
 	@echo
@@ -16,9 +18,11 @@ demo: cluster database seed portal ## Everything, with demo data, on http://127.
 	@echo "  Django admin:   http://127.0.0.1:8000/admin/   health: http://127.0.0.1:8000/healthz"
 	@echo "  Logins (password '$${DEMO_PASSWORD:-demo}'): admin (portal admin), alice (acme admin),"
 	@echo "          bob (member of acme/vision), carol (globex admin)"
+	@echo "  Or 'Sign in with Demo identity provider' (http://127.0.0.1:$${OIDC_PROVIDER_PORT:-8300}, same password):"
+	@echo "          alice, bob, carol, and dana, whose portal account is made at her first sign-in"
 	@echo "  Stop everything with: make stop"
 
-test: lint cluster database browser ## The whole suite against the real local cluster, PostgreSQL and Redis
+test: lint cluster database browser oidc-install ## The whole suite against the real local cluster, PostgreSQL and Redis
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 venv: ## .venv with exactly the versions in requirements.lock
@@ -35,6 +39,12 @@ lock:
 
 browser: ## Debian's Chromium, for the browser journeys in the tests
 	@bash scripts/browser.sh
+
+oidc-install: ## The demo's OpenID provider from npm, for the sign-in tests (the tests start their own)
+	@bash scripts/oidc.sh install
+
+oidc: venv ## The demo's OpenID provider on 127.0.0.1:8300 (scripts/oidc.sh)
+	@bash scripts/oidc.sh up
 
 services: ## PostgreSQL, Redis and MariaDB: installed and started if absent
 	@bash scripts/services.sh up
@@ -61,6 +71,7 @@ portal: venv
 
 stop: ## Stop everything the project started
 	-@bash scripts/portal.sh down
+	-@bash scripts/oidc.sh down
 	-@bash scripts/cluster.sh down
 	-@bash scripts/services.sh down
 

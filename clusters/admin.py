@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString
 from clusters.models import (
     Cluster,
     ClusterAccount,
+    DirectoryPosixUsername,
     GpuType,
     Node,
     Partition,
@@ -122,6 +123,14 @@ class ClusterAccountAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_select_related = ("user", "cluster")
     search_fields = ("user__username", "username")
     autocomplete_fields = ("user",)
+
+
+@admin.register(DirectoryPosixUsername)
+class DirectoryPosixUsernameAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Which claim of a provider sets people's POSIX user on a cluster, at each sign-in (clusters/directory.py)."""
+
+    list_display = ("provider", "cluster", "claim")
+    list_filter = ("provider", "cluster")
 
 
 def _kind_label(kind: str) -> str:

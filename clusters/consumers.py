@@ -8,6 +8,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from clusters.selectors import cluster_list_active, cluster_status
+from portal.ws_auth import websocket_refuse
 
 CLUSTER_STATUS_GROUP = "cluster-status"
 
@@ -21,7 +22,7 @@ class ClusterStatusConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await websocket_refuse(self, 4401)
             return
         await self.channel_layer.group_add(CLUSTER_STATUS_GROUP, self.channel_name)
         await self.accept()

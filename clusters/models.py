@@ -52,6 +52,10 @@ class Cluster(models.Model):
         return sum(max(gpu.gpus_total - gpu.gpus_used, 0) for gpu in self.gpu_types.all())
 
 
+POSIX_USERNAME_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
+POSIX_USERNAME_MESSAGE = "A POSIX user name: lower-case letters, digits, '_' and '-', starting with a letter or '_'."
+
+
 class ClusterAccount(models.Model):
     """The POSIX user a portal user's jobs run as on one cluster."""
 
@@ -59,12 +63,7 @@ class ClusterAccount(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="cluster_accounts")
     username = models.CharField(
         max_length=32,
-        validators=[
-            RegexValidator(
-                r"^[a-z_][a-z0-9_-]{0,31}$",
-                "A POSIX user name: lower-case letters, digits, '_' and '-', starting with a letter or '_'.",
-            )
-        ],
+        validators=[RegexValidator(POSIX_USERNAME_PATTERN, POSIX_USERNAME_MESSAGE)],
         help_text="The user's login name on the cluster; their jobs run as this user.",
     )
 
@@ -76,6 +75,26 @@ class ClusterAccount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.username}@{self.cluster.name}"
+
+
+class DirectoryPosixUsername(models.Model):
+    """Which claim of an OpenID provider is a person's POSIX user name on a cluster: each sign-in through that
+    provider sets their ClusterAccount there from it (clusters/directory.py)."""
+
+    provider = models.CharField(max_length=64, help_text="The provider's id in PORTAL_OIDC_PROVIDERS")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="directory_posix_usernames")
+    claim = models.CharField(
+        max_length=100, default="preferred_username", help_text="e.g. preferred_username, uid, posix_username"
+    )
+
+    class Meta:
+        ordering = ["provider", "cluster__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "cluster"], name="directory_posix_username_one_per_cluster")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}: {self.claim} on {self.cluster.name}"
 
 
 class Partition(models.Model):

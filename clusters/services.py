@@ -1,4 +1,4 @@
-"""Writes for clusters: recording their health and storing the inventory synced from Slurm."""
+"""Writes for clusters: recording their health, storing the inventory synced from Slurm, people's POSIX users."""
 
 from __future__ import annotations
 
@@ -7,16 +7,20 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
 from clusters.consumers import CLUSTER_STATUS_GROUP
-from clusters.models import Cluster, GpuType, Node, Partition
+from clusters.models import Cluster, ClusterAccount, GpuType, Node, Partition
 from clusters.selectors import cluster_status
 from clusters.slurm import SlurmClient, SlurmError
 from clusters.slurm.types import NodeInfo, PartitionInfo, PingResult
 from clusters.usage_samples import cluster_usage_sample_record
 from portal.channel_sends import group_send_all
+from portal.queue import task_enqueue_on_commit
+from tenants.models import SUBMITTING_PROJECT_ROLES, ProjectMembership
+from tenants.services import Actor, audit_record
 
 logger = logging.getLogger(__name__)
 
@@ -232,3 +236,40 @@ def _store_gpu_types(*, cluster: Cluster, nodes: list[NodeInfo], now: datetime) 
             defaults={"gpus_total": total, "gpus_used": used, "max_gpus_per_node": per_node, "synced_at": now},
         )
     GpuType.objects.filter(cluster=cluster).exclude(name__in=list(totals)).delete()
+
+
+@transaction.atomic
+def cluster_account_set(*, actor: Actor, cluster: Cluster, user: User, username: str) -> ClusterAccount:
+    """The POSIX user `user`'s jobs run as on `cluster`, audited; the Slurm associations of their projects follow
+    after commit. Nothing changes (and nothing is audited) when it is already so."""
+    account = ClusterAccount.objects.select_for_update().filter(cluster=cluster, user=user).first()
+    before = _cluster_account_state(account) if account is not None else None
+    if account is not None and account.username == username:
+        return account
+    if account is None:
+        account = ClusterAccount.objects.create(cluster=cluster, user=user, username=username)
+    else:
+        account.username = username
+        account.save(update_fields=["username"])
+    audit_record(
+        actor=actor,
+        action="cluster_account.set",
+        target=account,
+        tenant=None,
+        before=before,
+        after=_cluster_account_state(account),
+    )
+    project_ids = ProjectMembership.objects.filter(user=user, role__in=SUBMITTING_PROJECT_ROLES).values_list(
+        "project_id", flat=True
+    )
+    for project_id in project_ids:
+        task_enqueue_on_commit(
+            "clusters.tasks.project_slurm_sync",
+            project_id,
+            fallback="the periodic reconcile brings the project's Slurm associations in line",
+        )
+    return account
+
+
+def _cluster_account_state(account: ClusterAccount) -> dict[str, str]:
+    return {"cluster": account.cluster.name, "user": account.user.get_username(), "username": account.username}

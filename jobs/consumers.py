@@ -12,6 +12,7 @@ from django.http import Http404
 from jobs.job_services import job_event, job_group, project_jobs_group
 from jobs.models import ACTIVE_JOB_STATES
 from jobs.selectors import job_get_for_user, job_list_for_user
+from portal.ws_auth import websocket_refuse
 from tenants.selectors import project_get_for_user
 from tenants.services import user_access_group
 
@@ -31,15 +32,15 @@ class _JobWatchConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await websocket_refuse(self, 4401)
             return
         try:
             self.group, snapshot = await database_sync_to_async(self.authorise)(user)
         except Http404:
-            await self.close(code=4404)
+            await websocket_refuse(self, 4404)
             return
         except PermissionDenied:
-            await self.close(code=4403)
+            await websocket_refuse(self, 4403)
             return
         self.access_group = user_access_group(user.pk)
         await self.channel_layer.group_add(self.access_group, self.channel_name)

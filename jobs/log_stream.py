@@ -20,8 +20,9 @@ Protocol of `/ws/jobs/{id}/log/` (session or `Authorization: Bearer <token>`):
 - `{"type": "log.end", "state": <final state>, "stdout_offset": N, "stderr_offset": M}` once the job is
   final and both files have been read to their end after that; the socket then closes with 1000.
 
-Handshakes are refused with 4401 (not logged in), 4403 (role too low), 4404 (job not visible) or 4400
-(an offset that is not a non-negative integer). An open socket closes with 4403 or 4404 as soon as the
+A refused socket is accepted and closed at once with 4401 (not logged in), 4403 (role too low), 4404 (job not
+visible) or 4400 (an offset that is not a non-negative integer), so that browsers see the code
+(portal.ws_auth.websocket_refuse). An open socket closes with 4403 or 4404 as soon as the
 viewer loses access (the membership services push `access.changed` to the viewer's `user_access_group`).
 """
 
@@ -49,6 +50,7 @@ from jobs.job_services import job_group
 from jobs.log_readers import log_file_followed
 from jobs.models import FINAL_JOB_STATES, Job
 from jobs.selectors import job_get_for_user
+from portal.ws_auth import websocket_refuse
 from tenants.services import user_access_group
 
 logger = logging.getLogger(__name__)
@@ -327,7 +329,7 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await websocket_refuse(self, 4401)
             return
         job_id = self.scope["url_route"]["kwargs"]["job_id"]
         self.job_id, self.access_group = job_id, user_access_group(user.pk)
@@ -340,15 +342,15 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         try:
             target = await _checked(_authorise, user, job_id)
         except Http404:
-            await self.close(code=4404)
+            await websocket_refuse(self, 4404)
             return
         except PermissionDenied:
-            await self.close(code=4403)
+            await websocket_refuse(self, 4403)
             return
         try:
             offsets = _resume_offsets(self.scope.get("query_string", b""))
         except ValueError:
-            await self.close(code=4400)
+            await websocket_refuse(self, 4400)
             return
         await self.accept()
         self.follower = asyncio.create_task(self._follow(user, job_id, target, offsets))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 
 class ConfigurationError(RuntimeError):
@@ -99,3 +102,80 @@ def database_from_url(url: str) -> dict[str, object]:
         # closed connection returns to. For the ASGI server, whose handshakes would otherwise each open one.
         "OPTIONS": {"pool": {"min_size": 1, "max_size": pool_size, "timeout": 30}} if pool_size else {},
     }
+
+
+# What a provider in PORTAL_OIDC_PROVIDERS may say; README, "Single sign-on".
+_OIDC_REQUIRED = ("id", "name", "server_url", "client_id")
+_OIDC_OPTIONAL = (
+    "client_secret",
+    "client_secret_file",
+    "scopes",
+    "connect_existing_users",
+    "api_audience",
+    "api_user_claim",
+)
+_OIDC_DEFAULT_SCOPES = ["openid", "profile", "email"]
+
+
+def oidc_providers(raw: str) -> list[dict[str, Any]]:
+    """The OpenID providers people may sign in with, from PORTAL_OIDC_PROVIDERS (a JSON list), as the `APPS` of
+    django-allauth's `openid_connect` provider. Every sign-in uses PKCE (S256); the client secret may come from
+    a file (`client_secret_file`), as other secrets do."""
+    try:
+        entries = json.loads(raw or "[]")
+    except ValueError as exc:
+        raise ConfigurationError(f"PORTAL_OIDC_PROVIDERS is not JSON: {exc}") from exc
+    if not isinstance(entries, list):
+        raise ConfigurationError('PORTAL_OIDC_PROVIDERS must be a JSON list of providers, e.g. [{"id": ...}]')
+    apps: list[dict[str, Any]] = []
+    for number, entry in enumerate(entries, start=1):
+        where = f"PORTAL_OIDC_PROVIDERS, provider {number}"
+        if not isinstance(entry, dict):
+            raise ConfigurationError(f"{where} is not an object")
+        missing = [key for key in _OIDC_REQUIRED if not entry.get(key)]
+        unknown = sorted(set(entry) - set(_OIDC_REQUIRED) - set(_OIDC_OPTIONAL))
+        if missing or unknown:
+            raise ConfigurationError(
+                f"{where}: "
+                + "; ".join(
+                    ([f"missing {', '.join(missing)}"] if missing else [])
+                    + ([f"unknown {', '.join(unknown)}"] if unknown else [])
+                )
+                + f" (it takes {', '.join(_OIDC_REQUIRED + _OIDC_OPTIONAL)})"
+            )
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", str(entry["id"])):
+            raise ConfigurationError(f"{where}: id {entry['id']!r} must be lower-case letters, digits and hyphens")
+        if entry["id"] in {app["provider_id"] for app in apps}:
+            raise ConfigurationError(f"{where}: id {entry['id']!r} is given twice")
+        secret = entry.get("client_secret", "")
+        if entry.get("client_secret_file"):
+            try:
+                secret = Path(entry["client_secret_file"]).read_text().strip()
+            except OSError as exc:
+                raise ConfigurationError(f"{where}: client_secret_file cannot be read: {exc}") from exc
+        apps.append(
+            {
+                "provider_id": entry["id"],
+                "name": entry["name"],
+                "client_id": entry["client_id"],
+                "secret": secret,
+                "settings": {
+                    "server_url": str(entry["server_url"]).rstrip("/"),
+                    "scope": list(entry.get("scopes") or _OIDC_DEFAULT_SCOPES),
+                    "oauth_pkce_enabled": True,
+                    "connect_existing_users": bool(entry.get("connect_existing_users", False)),
+                    # The provider's access tokens for this audience are accepted by the REST API and WebSockets.
+                    "api_audience": str(entry.get("api_audience") or ""),
+                    "api_user_claim": str(entry.get("api_user_claim") or "sub"),
+                },
+            }
+        )
+    return apps
+
+
+def origin_of(url: str) -> str:
+    """`scheme://host[:port]` of a URL (for the Content-Security-Policy)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"

@@ -8,7 +8,16 @@ from celery.schedules import crontab  # noqa: F401  (kept for beat schedules add
 from csp.constants import NONE as CSP_NONE
 from csp.constants import SELF as CSP_SELF
 
-from portal.env import database_from_url, env_bool, env_int, env_list, env_str, secret_key
+from portal.env import (
+    database_from_url,
+    env_bool,
+    env_int,
+    env_list,
+    env_str,
+    oidc_providers,
+    origin_of,
+    secret_key,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -54,6 +63,11 @@ INSTALLED_APPS = [
     "jobs",
     "billing",
     "frontend",
+    # Single sign-on (README, "Single sign-on"); after frontend, whose templates replace allauth's.
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
 ]
 
 MIDDLEWARE = [
@@ -67,6 +81,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -178,6 +193,33 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# Signing in: local passwords (the login form, POST /api/v1/tokens/ and the Django admin's form, all through
+# tenants.backends) unless PORTAL_LOCAL_PASSWORDS is false, and the OpenID providers of PORTAL_OIDC_PROVIDERS
+# through django-allauth (tenants/oidc.py): code flow with PKCE, state, nonce, ID tokens checked against the
+# provider's keys, accounts made at the first sign-in. README, "Single sign-on".
+PORTAL_LOCAL_PASSWORDS = env_bool("PORTAL_LOCAL_PASSWORDS", True)
+OIDC_PROVIDERS = oidc_providers(env_str("PORTAL_OIDC_PROVIDERS", "[]"))
+AUTHENTICATION_BACKENDS = ["tenants.backends.LocalPasswordBackend"]
+SOCIALACCOUNT_PROVIDERS = {
+    "openid_connect": {
+        # The portal's provider class: it sends and checks a nonce and always checks the ID token's signature.
+        "provider_class": "tenants.oidc.PortalOpenIDConnectProvider",
+        "OAUTH_PKCE_ENABLED": True,
+        "APPS": OIDC_PROVIDERS,
+    }
+}
+SOCIALACCOUNT_ADAPTER = "tenants.oidc.SignInAdapter"
+ACCOUNT_ADAPTER = "tenants.oidc.NoSelfSignupAdapter"
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_LOGIN_ON_GET = False  # a sign-in starts from a form post (CSRF-checked), not from any link
+SOCIALACCOUNT_STORE_TOKENS = False
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_UNIQUE_EMAIL = False  # people share addresses (lab mailing lists); usernames identify them
+ACCOUNT_LOGIN_METHODS = {"username"}
+ACCOUNT_SIGNUP_FIELDS = ["username*", "email", "password1*"]
+
 STATIC_URL = "static/"
 # The portal's own pages load scripts, styles and images from the portal only: no inline script or style,
 # no eval, no CDN; live updates connect back to the same origin (its WebSockets included). The Django admin
@@ -193,7 +235,8 @@ CONTENT_SECURITY_POLICY = {
         "connect-src": [CSP_SELF],
         "object-src": [CSP_NONE],
         "base-uri": [CSP_SELF],
-        "form-action": [CSP_SELF],
+        # Signing in and out through an OpenID provider is a form posted here and redirected there.
+        "form-action": [CSP_SELF, *sorted({origin_of(app["settings"]["server_url"]) for app in OIDC_PROVIDERS})],
         "frame-ancestors": [CSP_NONE],
     },
 }

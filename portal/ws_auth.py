@@ -1,5 +1,6 @@
 """WebSocket handshakes: who may open one (the origin rule) and who they are (session or API token).
 
+A bearer token is the portal's own or an OpenID provider's access token (tenants/provider_tokens.py).
 Browsers authenticate WebSockets with their session cookie (Channels' AuthMiddlewareStack). A browser sends
 that cookie whatever page opens the socket, so a cookie is trusted only with an `Origin` of the portal's own
 hosts (ALLOWED_HOSTS): a page on another site is refused before any consumer runs (cross-site WebSocket
@@ -20,7 +21,7 @@ from channels.middleware import BaseMiddleware
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.contrib.auth.models import AnonymousUser
 
-from tenants.services import token_authenticate
+from tenants.provider_tokens import BearerTokenRefused, bearer_authenticate
 from tenants.throttles import TokenGuessThrottle, client_address
 
 
@@ -38,11 +39,12 @@ def _user_for(secret: str, address: str | None) -> Any:
     throttle = TokenGuessThrottle()
     if throttle.blocked_for(address) is not None:
         return AnonymousUser()
-    token = token_authenticate(secret=secret)
-    if token is None:
+    try:
+        user, _token = bearer_authenticate(secret=secret)
+    except BearerTokenRefused:
         throttle.record_failure(address)
         return AnonymousUser()
-    return token.user
+    return user
 
 
 def _websocket_address(scope: dict[str, Any], headers: dict[bytes, bytes]) -> str | None:
@@ -76,6 +78,14 @@ class SameOriginOrBearerValidator:
         return await self.browsers(scope, receive, send)
 
 
+async def websocket_refuse(consumer: AsyncWebsocketConsumer, code: int) -> None:
+    """Refuse a WebSocket with a close code the client can read (4400, 4401, 4403, 4404): accepted, then closed
+    at once. Closing before accepting would make the server answer the handshake with a bare HTTP 403, which
+    browsers report without any code."""
+    await consumer.accept()
+    await consumer.close(code=code)
+
+
 class UnknownWebsocketRoute(AsyncWebsocketConsumer):  # type: ignore[misc]
     """Refuses a handshake for an address no route matches (`../` and the like) with 4404.
 
@@ -83,4 +93,4 @@ class UnknownWebsocketRoute(AsyncWebsocketConsumer):  # type: ignore[misc]
     """
 
     async def connect(self) -> None:
-        await self.close(code=4404)
+        await websocket_refuse(self, 4404)

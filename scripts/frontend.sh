@@ -3,20 +3,8 @@
 # into frontend/static/frontend/vendor/ (git-ignored), where Django serves them. No CDN, no bundler.
 set -euo pipefail
 
+bash "$(dirname "$0")/npm-ci.sh" "$(dirname "$0")/../frontend"
 cd "$(dirname "$0")/../frontend"
-
-if ! command -v npm >/dev/null 2>&1; then
-  echo "Installing Node.js and npm"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-fi
-
-# Reinstall only when the lockfile changed since the last install.
-stamp=node_modules/.installed-$(sha256sum package-lock.json | cut -c1-16)
-if [[ ! -f "$stamp" ]]; then
-  npm ci --no-audit --no-fund --loglevel=error
-  touch "$stamp"
-fi
 
 vendor=static/frontend/vendor
 rm -rf "$vendor"

@@ -32,6 +32,7 @@ from tenants import services
 from tenants.models import (
     ApiToken,
     AuditEvent,
+    DirectoryGroupRole,
     Project,
     ProjectMembership,
     ProjectRole,
@@ -190,10 +191,10 @@ class MembershipAdmin(ServiceModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         fields = (self.container_field, "user", "role")
-        return (*fields, "created_at") if obj is not None else fields
+        return (*fields, "origin", "created_at") if obj is not None else fields
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
-        return (self.container_field, "user", "created_at") if obj is not None else ()
+        return (self.container_field, "user", "origin", "created_at") if obj is not None else ()
 
     def get_autocomplete_fields(self, request: HttpRequest) -> tuple[str, ...]:
         return (self.container_field, "user")
@@ -206,8 +207,8 @@ class MembershipAdmin(ServiceModelAdmin):
 @admin.register(TenantMembership)
 class TenantMembershipAdmin(MembershipAdmin):
     container_field = "tenant"
-    list_display = ("user", "tenant", "role", "created_at")
-    list_filter = ("role", "tenant")
+    list_display = ("user", "tenant", "role", "origin", "created_at")
+    list_filter = ("role", "origin", "tenant")
     list_select_related = ("user", "tenant")
     search_fields = ("user__username", "tenant__slug")
 
@@ -228,8 +229,8 @@ class TenantMembershipAdmin(MembershipAdmin):
 @admin.register(ProjectMembership)
 class ProjectMembershipAdmin(MembershipAdmin):
     container_field = "project"
-    list_display = ("user", "project", "role", "created_at")
-    list_filter = ("role", "project__tenant")
+    list_display = ("user", "project", "role", "origin", "created_at")
+    list_filter = ("role", "origin", "project__tenant")
     list_select_related = ("user", "project__tenant")
     search_fields = ("user__username", "project__slug", "project__tenant__slug")
 
@@ -247,6 +248,16 @@ class ProjectMembershipAdmin(MembershipAdmin):
 
     def delete_model(self, request: HttpRequest, obj: ProjectMembership) -> None:
         services.project_member_remove(actor=request.user, membership=obj)
+
+
+@admin.register(DirectoryGroupRole)
+class DirectoryGroupRoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Which provider group gives which role; applied at each sign-in through the provider (tenants/directory.py).
+    Editing a mapping changes nobody's roles now: each person's follow at their next sign-in."""
+
+    list_display = ("provider", "group", "tenant_slug", "project_slug", "role")
+    list_filter = ("provider", "role", "tenant_slug")
+    search_fields = ("group", "tenant_slug", "project_slug")
 
 
 # Tenants and projects ----------------------------------------------------------------------------------

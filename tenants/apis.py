@@ -26,6 +26,7 @@ from portal.api_filters import UtcIsoDateTimeFilter
 from portal.api_inputs import BodyInput
 from tenants import selectors, services
 from tenants.authentication import BearerTokenAuthentication
+from tenants.backends import LOCAL_PASSWORDS_OFF, local_passwords_enabled
 from tenants.models import (
     SLUG_MESSAGE,
     SLUG_PATTERN,
@@ -502,7 +503,8 @@ class ProjectMemberDetailApi(generics.GenericAPIView):  # type: ignore[type-arg]
     post=extend_schema(
         summary="Create an API token",
         description=(
-            "Authenticate with your browser session, or send `username` and `password` in the body. "
+            "Authenticate with your browser session, or send `username` and `password` in the body (refused with "
+            "403 where the portal turns local passwords off: PORTAL_LOCAL_PASSWORDS=false). "
             "The reply holds the secret once; use it as `Authorization: Bearer <token>`. "
             "A token cannot create further tokens."
         ),
@@ -532,6 +534,8 @@ class TokenListApi(generics.ListAPIView):  # type: ignore[type-arg]
             )
         if request.user.is_authenticated:
             user = request.user
+        elif (username or password) and not local_passwords_enabled():
+            raise exceptions.PermissionDenied(LOCAL_PASSWORDS_OFF)
         elif username and password:
             # Only wrong passwords count (tenants/throttles.py), and the limit is checked before the password.
             address = request_address(request)
@@ -543,6 +547,8 @@ class TokenListApi(generics.ListAPIView):  # type: ignore[type-arg]
                 password_failure_record(address=address, username=username)
                 raise exceptions.AuthenticationFailed("Wrong username or password")
             user = authenticated
+        elif not local_passwords_enabled():
+            raise exceptions.NotAuthenticated(LOCAL_PASSWORDS_OFF)
         else:
             raise exceptions.NotAuthenticated("Send 'username' and 'password' with the request, or log in first")
         token, secret = services.token_create(user=user, name=data["name"], expires_at=data["expires_at"])

@@ -1,4 +1,5 @@
-"""`Authorization: Bearer <token>` for the REST API, with tokens from `POST /api/v1/tokens/`.
+"""`Authorization: Bearer <token>` for the REST API, with tokens from `POST /api/v1/tokens/` or an OpenID
+provider's access tokens (JWT; tenants/provider_tokens.py).
 
 Unknown, expired and revoked tokens count towards the client address's token-guessing limit
 (tenants/throttles.py); over it, every bearer request of that address gets 429 until the window has room.
@@ -12,7 +13,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from tenants.services import token_authenticate
+from tenants.provider_tokens import BearerTokenRefused, bearer_authenticate
 from tenants.throttles import TokenGuessingThrottled, TokenGuessThrottle, request_address
 
 
@@ -33,11 +34,11 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         wait = throttle.blocked_for(address)
         if wait is not None:
             raise TokenGuessingThrottled(wait)
-        token = token_authenticate(secret=secret)
-        if token is None:
+        try:
+            return bearer_authenticate(secret=secret)
+        except BearerTokenRefused as refused:
             throttle.record_failure(address)
-            raise exceptions.AuthenticationFailed("This token is unknown, expired or revoked; create a new one")
-        return token.user, token
+            raise exceptions.AuthenticationFailed(str(refused)) from None
 
     def authenticate_header(self, request: Request) -> str:
         # Makes DRF answer 401 (not 403) to requests without credentials.
@@ -51,4 +52,9 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-unty
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
-        return {"type": "http", "scheme": "bearer", "description": "A token from POST /api/v1/tokens/."}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A token from POST /api/v1/tokens/, or an access token (JWT) of a configured OpenID "
+            "provider for the portal's API audience.",
+        }

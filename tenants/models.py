@@ -68,11 +68,21 @@ class ProjectRole(models.TextChoices):
 # Project roles that may run jobs, and so get a Slurm association on the project's account.
 SUBMITTING_PROJECT_ROLES = frozenset({ProjectRole.MANAGER, ProjectRole.MEMBER})
 
+# Where a membership came from: empty when granted by hand, `directory:<provider id>` when a sign-in through that
+# provider granted it from the person's groups (tenants/directory.py), which then also takes it away.
+ORIGIN_HELP = "Empty: granted by hand. directory:<provider>: follows the person's groups at that provider."
+DIRECTORY_ORIGIN_PREFIX = "directory:"
+
+
+def directory_origin(provider_id: str) -> str:
+    return f"{DIRECTORY_ORIGIN_PREFIX}{provider_id}"
+
 
 class TenantMembership(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_memberships")
     role = models.CharField(max_length=20, choices=TenantRole.choices, default=TenantRole.MEMBER)
+    origin = models.CharField(max_length=64, blank=True, help_text=ORIGIN_HELP)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -87,6 +97,7 @@ class ProjectMembership(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="project_memberships")
     role = models.CharField(max_length=20, choices=ProjectRole.choices, default=ProjectRole.MEMBER)
+    origin = models.CharField(max_length=64, blank=True, help_text=ORIGIN_HELP)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -95,6 +106,43 @@ class ProjectMembership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.project} as {self.role}"
+
+
+class DirectoryGroupRole(models.Model):
+    """A group at an OpenID provider (a value of its `groups` claim) that gives a role in a tenant or a project.
+
+    Tenant and project are named by slug, not linked: a mapping may be set up before its tenant exists, and a
+    sign-in whose groups name one that does not is refused with a notice to the admins (tenants/directory.py).
+    """
+
+    provider = models.CharField(max_length=64, help_text="The provider's id in PORTAL_OIDC_PROVIDERS")
+    group = models.CharField(max_length=200, help_text="A value of the provider's `groups` claim")
+    tenant_slug = models.CharField(max_length=40, validators=[slug_validator])
+    project_slug = models.CharField(
+        max_length=40, blank=True, validators=[slug_validator], help_text="Empty: the role is in the tenant"
+    )
+    role = models.CharField(
+        max_length=20,
+        choices=[*TenantRole.choices, *((value, label) for value, label in ProjectRole.choices if value != "member")],
+        help_text="In a tenant: admin or member; in a project: manager, member or viewer",
+    )
+
+    class Meta:
+        ordering = ["provider", "group", "tenant_slug", "project_slug"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["provider", "group", "tenant_slug", "project_slug"], name="directory_group_role_unique"
+            ),
+            models.CheckConstraint(
+                condition=(Q(project_slug="") & Q(role__in=TenantRole.values))
+                | (~Q(project_slug="") & Q(role__in=ProjectRole.values)),
+                name="directory_group_role_fits_scope",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        where = f"{self.tenant_slug}/{self.project_slug}" if self.project_slug else self.tenant_slug
+        return f"{self.provider}: {self.group} → {self.role} of {where}"
 
 
 class ApiToken(models.Model):

@@ -85,12 +85,19 @@ def _project_state(project: Project) -> dict[str, Any]:
     }
 
 
+def _with_origin(state: dict[str, Any], origin: str) -> dict[str, Any]:
+    # A role granted by hand says nothing of its origin; one from a provider's directory says which.
+    return {**state, "origin": origin} if origin else state
+
+
 def _tenant_membership_state(membership: TenantMembership) -> dict[str, Any]:
-    return {"tenant": membership.tenant.slug, "user": membership.user.get_username(), "role": membership.role}
+    state = {"tenant": membership.tenant.slug, "user": membership.user.get_username(), "role": membership.role}
+    return _with_origin(state, membership.origin)
 
 
 def _project_membership_state(membership: ProjectMembership) -> dict[str, Any]:
-    return {"project": str(membership.project), "user": membership.user.get_username(), "role": membership.role}
+    state = {"project": str(membership.project), "user": membership.user.get_username(), "role": membership.role}
+    return _with_origin(state, membership.origin)
 
 
 def _token_state(token: ApiToken) -> dict[str, Any]:
@@ -223,7 +230,8 @@ def _ensure_another_admin(membership: TenantMembership, *, doing: str) -> None:
 
 
 @transaction.atomic
-def tenant_member_add(*, actor: Actor, tenant: Tenant, user: User, role: str) -> TenantMembership:
+def tenant_member_add(*, actor: Actor, tenant: Tenant, user: User, role: str, origin: str = "") -> TenantMembership:
+    """Add a user to a tenant; `origin` says where the role comes from (tenants.models.ORIGIN_HELP)."""
     _check_role("role", role, TenantRole)
     _lock_tenant_memberships(tenant)
     if TenantMembership.objects.filter(tenant=tenant, user=user).exists():
@@ -234,7 +242,7 @@ def tenant_member_add(*, actor: Actor, tenant: Tenant, user: User, role: str) ->
                 ]
             }
         )
-    membership = TenantMembership.objects.create(tenant=tenant, user=user, role=role)
+    membership = TenantMembership.objects.create(tenant=tenant, user=user, role=role, origin=origin)
     audit_record(
         actor=actor,
         action="tenant_member.added",
@@ -247,7 +255,11 @@ def tenant_member_add(*, actor: Actor, tenant: Tenant, user: User, role: str) ->
 
 
 @transaction.atomic
-def tenant_member_change_role(*, actor: Actor, membership: TenantMembership, role: str) -> TenantMembership:
+def tenant_member_change_role(
+    *, actor: Actor, membership: TenantMembership, role: str, origin: str = ""
+) -> TenantMembership:
+    """Change a tenant role. A change by hand (no `origin`) takes a role from the directory over: the directory
+    leaves it alone from then on."""
     _check_role("role", role, TenantRole)
     _lock_tenant_memberships(membership.tenant)
     membership = TenantMembership.objects.select_related("tenant", "user").get(pk=membership.pk)
@@ -256,8 +268,8 @@ def tenant_member_change_role(*, actor: Actor, membership: TenantMembership, rol
     if role != TenantRole.ADMIN:
         _ensure_another_admin(membership, doing="changing their role")
     before = _tenant_membership_state(membership)
-    membership.role = role
-    membership.save(update_fields=["role"])
+    membership.role, membership.origin = role, origin
+    membership.save(update_fields=["role", "origin"])
     audit_record(
         actor=actor,
         action="tenant_member.role_changed",
@@ -355,8 +367,9 @@ def project_update(
 
 
 @transaction.atomic
-def project_member_add(*, actor: Actor, project: Project, user: User, role: str) -> ProjectMembership:
-    """Add a member of the project's tenant to the project; a submitting role gets a Slurm association."""
+def project_member_add(*, actor: Actor, project: Project, user: User, role: str, origin: str = "") -> ProjectMembership:
+    """Add a member of the project's tenant to the project; a submitting role gets a Slurm association.
+    `origin` says where the role comes from (tenants.models.ORIGIN_HELP)."""
     _check_role("role", role, ProjectRole)
     if not TenantMembership.objects.filter(tenant=project.tenant, user=user).exists():
         raise ValidationError(
@@ -371,7 +384,7 @@ def project_member_add(*, actor: Actor, project: Project, user: User, role: str)
         raise ValidationError(
             {"username": [f"'{user.get_username()}' is already in project '{project}'; change their role instead."]}
         )
-    membership = ProjectMembership.objects.create(project=project, user=user, role=role)
+    membership = ProjectMembership.objects.create(project=project, user=user, role=role, origin=origin)
     audit_record(
         actor=actor,
         action="project_member.added",
@@ -385,7 +398,10 @@ def project_member_add(*, actor: Actor, project: Project, user: User, role: str)
 
 
 @transaction.atomic
-def project_member_change_role(*, actor: Actor, membership: ProjectMembership, role: str) -> ProjectMembership:
+def project_member_change_role(
+    *, actor: Actor, membership: ProjectMembership, role: str, origin: str = ""
+) -> ProjectMembership:
+    """Change a project role; as tenant_member_change_role, a change by hand takes a directory's role over."""
     _check_role("role", role, ProjectRole)
     membership = (
         ProjectMembership.objects.select_for_update(of=("self",), no_key=True)
@@ -395,8 +411,8 @@ def project_member_change_role(*, actor: Actor, membership: ProjectMembership, r
     if membership.role == role:
         return membership
     before = _project_membership_state(membership)
-    membership.role = role
-    membership.save(update_fields=["role"])
+    membership.role, membership.origin = role, origin
+    membership.save(update_fields=["role", "origin"])
     audit_record(
         actor=actor,
         action="project_member.role_changed",

@@ -1,4 +1,5 @@
-"""Shared fixtures: the real local Slurm cluster (started by `make cluster`), its accounts and job directories."""
+"""Shared fixtures: the real local Slurm cluster (started by `make cluster`), its accounts and job directories;
+the demo's OpenID provider (tests/oidc_provider.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from clusters.slurm import SlurmClient, SlurmError
 from clusters.slurm.types import JobState, JobSubmission, SlurmJob
 from portal.celery import app as celery_app
 from tests.live_clusters import LiveCluster, live_cluster_params
+from tests.oidc_provider import SCRIPT as OIDC_PROVIDER_SCRIPT
+from tests.oidc_provider import DemoProvider, provider_process
 
 CLUSTER_NAME = "local"
 JOB_USER = "alice"
@@ -277,3 +280,12 @@ def fresh_channel_layer() -> Iterator[None]:
     and every test's `async_to_sync` runs a loop of its own."""
     yield
     channel_layers.backends.clear()
+
+
+@pytest.fixture(scope="session")
+def oidc_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoProvider]:
+    """The demo's OpenID provider (a real one: the `oidc-provider` package under node), once for the whole run."""
+    if not (OIDC_PROVIDER_SCRIPT.parent / "node_modules" / "oidc-provider").is_dir() or shutil.which("node") is None:
+        pytest.skip("the demo's OpenID provider is not installed; `make oidc-install` installs it")
+    with provider_process(tmp_path_factory.mktemp("oidc") / "provider.log") as provider:
+        yield provider

@@ -7,22 +7,27 @@ Screenshots go to test-artifacts/screenshots/<test name>/ (git-ignored).
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import pytest
 from django.conf import settings
 from django.db import connection
 from django.test import Client
+
+from tests.oidc_provider import CLIENT_ID as OIDC_CLIENT_ID
+from tests.oidc_provider import CLIENT_SECRET as OIDC_CLIENT_SECRET
+from tests.oidc_provider import DemoProvider
+from tests.processes import free_port, stop, wait_until_answers
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
@@ -43,22 +48,6 @@ VIEWPORTS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """Ends a server process: politely, then for sure, so none outlives the test database."""
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
-
-
 def _test_environment() -> dict[str, str]:
     database = connection.settings_dict
     return {
@@ -69,35 +58,39 @@ def _test_environment() -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="session")
-def live_portal(
-    django_db_setup: None, django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """The portal's ASGI server on a free port, serving the test database; yields its base URL."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("uvicorn") / "web.log"
+@contextmanager
+def portal_server(log: Path, *, port: int | None = None, environment: dict[str, str] | None = None) -> Iterator[str]:
+    """The portal's ASGI server on `port` (a free one if not given), serving the test database with the test
+    settings and `environment` added; yields its base URL once it answers, and stops it afterwards."""
+    port = port or free_port()
     command = [sys.executable, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
     # Open WebSockets would hold a graceful shutdown (and the test database) for ever.
     command += ["--timeout-graceful-shutdown", "2"]
     with log.open("w") as output:
         server = subprocess.Popen(
-            [*command, "--no-access-log"], env=_test_environment(), stdout=output, stderr=subprocess.STDOUT
+            [*command, "--no-access-log"],
+            env=_test_environment() | (environment or {}),
+            stdout=output,
+            stderr=subprocess.STDOUT,
         )
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base_url}/login/", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the portal's ASGI server did not start; its log:\n{log.read_text()}")
-            time.sleep(0.2)
+        try:
+            wait_until_answers(f"{base_url}/login/", server, log, what="the portal's ASGI server")
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
         yield base_url
     finally:
         stop(server)
+
+
+@pytest.fixture(scope="session")
+def live_portal(
+    django_db_setup: None, django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The portal's ASGI server on a free port, serving the test database; yields its base URL."""
+    with portal_server(tmp_path_factory.mktemp("uvicorn") / "web.log") as base_url:
+        yield base_url
 
 
 @pytest.fixture
@@ -184,18 +177,16 @@ def session_cookie_for(user: Any) -> str:
     return client.cookies[settings.SESSION_COOKIE_NAME].value
 
 
-@pytest.fixture
-def open_page(chromium: Any, live_portal: str) -> Iterator[Callable[..., Any]]:
-    """`open_page(user=None, viewport="desktop")`: a new browser context (signed in as `user` if given) and
-    its page, with base_url set. At the end, the page must have had no CSP violation, no uncaught script
-    error and no 5xx response."""
+def page_opener(chromium: Any, base_url: str) -> tuple[Callable[..., Any], Callable[[], None]]:
+    """`open_page(user=None, viewport="desktop")` for the portal at `base_url`, and what to call at the end: it
+    closes the pages' contexts and fails on any CSP violation, uncaught script error or 5xx they saw."""
     opened: list[tuple[Any, PageWatch]] = []
 
     def opener(user: Any = None, viewport: str = "desktop") -> Any:
-        context = chromium.new_context(base_url=live_portal, viewport=VIEWPORTS[viewport], accept_downloads=True)
+        context = chromium.new_context(base_url=base_url, viewport=VIEWPORTS[viewport], accept_downloads=True)
         if user is not None:
             context.add_cookies(
-                [{"name": settings.SESSION_COOKIE_NAME, "value": session_cookie_for(user), "url": live_portal}]
+                [{"name": settings.SESSION_COOKIE_NAME, "value": session_cookie_for(user), "url": base_url}]
             )
         page = context.new_page()
         page.set_default_timeout(15_000)
@@ -217,8 +208,54 @@ def open_page(chromium: Any, live_portal: str) -> Iterator[Callable[..., Any]]:
         page.watch = watch
         return page
 
+    def finish() -> None:
+        problems = [problem for _, watch in opened for problem in watch.problems()]
+        for context, _ in opened:
+            context.close()
+        assert problems == [], f"the pages had problems: {problems}"
+
+    return opener, finish
+
+
+@pytest.fixture
+def open_page(chromium: Any, live_portal: str) -> Iterator[Callable[..., Any]]:
+    """`open_page(user=None, viewport="desktop")`: a new browser context (signed in as `user` if given) and
+    its page, with base_url set. At the end, the page must have had no CSP violation, no uncaught script
+    error and no 5xx response."""
+    opener, finish = page_opener(chromium, live_portal)
     yield opener
-    problems = [problem for _, watch in opened for problem in watch.problems()]
-    for context, _ in opened:
-        context.close()
-    assert problems == [], f"the pages had problems: {problems}"
+    finish()
+
+
+@pytest.fixture(scope="session")
+def oidc_portal(
+    django_db_setup: None,
+    django_db_blocker: object,
+    oidc_provider: DemoProvider,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """A second ASGI server of the portal, signing people in through the demo's OpenID provider, at the address
+    the provider knows as the portal's (`oidc_provider.portal_url`); yields its base URL."""
+    providers = [
+        {
+            "id": "demo",
+            "name": "Demo identity provider",
+            "server_url": oidc_provider.issuer,
+            "client_id": OIDC_CLIENT_ID,
+            "client_secret": OIDC_CLIENT_SECRET,
+            "scopes": ["openid", "profile", "email", "groups"],
+            "connect_existing_users": True,
+        }
+    ]
+    port = urlsplit(oidc_provider.portal_url).port
+    log = tmp_path_factory.mktemp("uvicorn-oidc") / "web.log"
+    with portal_server(log, port=port, environment={"PORTAL_OIDC_PROVIDERS": json.dumps(providers)}) as base_url:
+        yield base_url
+
+
+@pytest.fixture
+def open_oidc_page(chromium: Any, oidc_portal: str) -> Iterator[Callable[..., Any]]:
+    """`open_page`, for the portal that signs people in through the demo's OpenID provider (`oidc_portal`)."""
+    opener, finish = page_opener(chromium, oidc_portal)
+    yield opener
+    finish()

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils.html import escape
 
+from portal.env import oidc_providers
+from tenants.backends import LOCAL_PASSWORDS_OFF
 from tests.factories import PASSWORD, add_project_member, add_tenant_member, make_project, make_tenant, make_user
 
 pytestmark = pytest.mark.django_db
@@ -152,4 +157,48 @@ def test_logout_needs_a_post(client: Client) -> None:
     response = client.post("/logout/")
 
     assert (response.status_code, response["Location"]) == (302, "/login/")
+    assert logged_in_user_id(client) is None
+
+
+def test_the_login_page_offers_a_button_for_each_sign_in_provider(client: Client, settings: Any) -> None:
+    providers = [
+        {"id": "university", "name": "Example University", "server_url": "https://login.uni.example", "client_id": "a"},
+        {"id": "company", "name": "Example Corp", "server_url": "https://sso.corp.example/", "client_id": "b"},
+    ]
+    settings.SOCIALACCOUNT_PROVIDERS = {
+        "openid_connect": {
+            **settings.SOCIALACCOUNT_PROVIDERS["openid_connect"],
+            "APPS": oidc_providers(json.dumps(providers)),
+        }
+    }
+
+    page = " ".join(client.get("/login/?next=/jobs/").content.decode().split())
+
+    buttons = re.findall(
+        r'<form method="post" action="([^"]+)">.*?name="next" value="([^"]*)".*?>Sign in with ([^<]+)<', page
+    )
+    assert buttons == [
+        ("/oidc/university/login/", "/jobs/", "Example University"),
+        ("/oidc/company/login/", "/jobs/", "Example Corp"),
+    ]
+    assert '<p class="sign-in-or">or with a portal password</p>' in page
+    assert '<label for="id_password">Password</label>' in page
+
+
+def test_with_local_passwords_off_the_form_is_gone_and_no_password_is_checked(client: Client, settings: Any) -> None:
+    settings.PORTAL_LOCAL_PASSWORDS = False
+    alice = make_user("alice")
+
+    page = " ".join(client.get("/login/").content.decode().split())
+    refused = client.post("/login/", {"username": "alice", "password": PASSWORD})
+    admin = client.post("/admin/login/", {"username": alice.username, "password": PASSWORD, "next": "/admin/"})
+
+    assert 'name="password"' not in page
+    assert "Passwords are not used on this portal: sign in through your organisation above." in page
+    assert refused.status_code == 403
+    assert f'<div class="form-errors" role="alert"><p>{escape(LOCAL_PASSWORDS_OFF)}</p></div>' in " ".join(
+        refused.content.decode().split()
+    )
+    assert 'name="password"' not in refused.content.decode()
+    assert admin.status_code == 200  # the admin's form shown again: its password was not checked either
     assert logged_in_user_id(client) is None

@@ -11,10 +11,10 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from billing.models import Rate
-from clusters.models import Cluster, ClusterAccount
+from clusters.models import Cluster, ClusterAccount, DirectoryPosixUsername
 from jobs.models import JobTemplate
 from quotas.models import Allocation, TenantPool
-from tenants.models import AuditEvent, Project, ProjectMembership
+from tenants.models import AuditEvent, DirectoryGroupRole, Project, ProjectMembership
 
 pytestmark = pytest.mark.django_db
 
@@ -46,6 +46,16 @@ def test_seeding_twice_creates_everything_once() -> None:
     assert accounts == [(cluster, user) for cluster in ("local", "north") for user in ("alice", "bob", "carol")]
     template = JobTemplate.objects.get()
     assert (str(template.project), template.name, template.gpus) == ("acme/vision", "Nightly evaluation", 2)
+    # The demo provider's groups (scripts/oidc/provider.mjs) give these roles; its usernames are the POSIX users.
+    assert sorted(str(mapping) for mapping in DirectoryGroupRole.objects.all()) == [
+        "demo: acme-admins → admin of acme",
+        "demo: acme-vision-members → member of acme/vision",
+        "demo: globex-admins → admin of globex",
+    ]
+    assert sorted(str(mapping) for mapping in DirectoryPosixUsername.objects.all()) == [
+        "demo: preferred_username on local",
+        "demo: preferred_username on north",
+    ]
 
 
 def test_the_clusters_that_are_up_are_registered(cluster_registry: Path) -> None:

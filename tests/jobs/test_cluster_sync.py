@@ -12,6 +12,7 @@ from django.contrib.auth.models import AnonymousUser
 from clusters.consumers import ClusterStatusConsumer
 from clusters.models import Cluster, GpuType, Node, Partition
 from clusters.tasks import cluster_sync
+from tests.websockets import handshake
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -84,7 +85,7 @@ def test_watchers_get_the_current_status_then_each_sync() -> None:
     async def watch() -> tuple[dict[str, object], dict[str, object]]:
         communicator = WebsocketCommunicator(ClusterStatusConsumer.as_asgi(), "/ws/clusters/")
         communicator.scope["user"] = user
-        connected, _ = await communicator.connect()
+        connected, _ = await handshake(communicator)
         assert connected
         first = await communicator.receive_json_from(timeout=5)
         from asgiref.sync import sync_to_async
@@ -107,7 +108,7 @@ def test_anonymous_watchers_are_refused() -> None:
     async def connect() -> bool:
         communicator = WebsocketCommunicator(ClusterStatusConsumer.as_asgi(), "/ws/clusters/")
         communicator.scope["user"] = AnonymousUser()
-        connected, _ = await communicator.connect()
+        connected, _ = await handshake(communicator)
         await communicator.disconnect()
         return bool(connected)
 
@@ -133,7 +134,7 @@ def test_the_asgi_application_routes_websockets_with_session_auth_and_same_origi
         if with_cookie:
             headers.append((b"cookie", cookie.encode()))
         communicator = WebsocketCommunicator(application, "/ws/clusters/", headers=headers)
-        connected, _ = await communicator.connect()
+        connected, _ = await handshake(communicator)
         await communicator.disconnect()
         return bool(connected)
 

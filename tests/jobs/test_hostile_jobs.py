@@ -16,6 +16,7 @@ from clusters.clients import slurm_client_for
 from jobs.models import JobState
 from tenants.services import token_create
 from tests.jobs.conftest import LiveProject
+from tests.websockets import handshake
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -117,7 +118,7 @@ def test_a_job_that_links_its_output_to_host_secrets_gets_them_served_nowhere(
 
         headers = [(b"authorization", f"Bearer {secret}".encode())]
         socket = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/log/", headers=headers)
-        connected, _ = await socket.connect(timeout=10)
+        connected, _ = await handshake(socket, timeout=10)
         assert connected
         messages: list[dict[str, Any]] = []
         while not messages or messages[-1]["type"] != "log.end":

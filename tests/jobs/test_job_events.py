@@ -14,6 +14,7 @@ from jobs.job_services import job_cancel
 from jobs.models import Job
 from tenants.services import token_create
 from tests.factories import add_project_member, make_matrix_cluster, make_project, make_tenant, make_user
+from tests.websockets import handshake
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,7 +31,7 @@ async def _watch(path: str, header: tuple[bytes, bytes]) -> WebsocketCommunicato
     from portal.asgi import application
 
     communicator = WebsocketCommunicator(application, path, headers=[*HEADERS, header])
-    connected, _ = await communicator.connect(timeout=5)
+    connected, _ = await handshake(communicator, timeout=5)
     assert connected, path
     return communicator
 
@@ -98,7 +99,7 @@ def test_an_outsider_cannot_watch_another_tenants_job() -> None:
         from portal.asgi import application
 
         communicator = WebsocketCommunicator(application, path, headers=[*HEADERS, cookie])
-        connected, code = await communicator.connect(timeout=5)
+        connected, code = await handshake(communicator, timeout=5)
         # Let the application finish before the loop closes, as for an accepted socket.
         await communicator.disconnect()
         return connected, code

@@ -19,6 +19,7 @@ from jobs.models import Job, JobState
 from tenants.services import token_create
 from tests.conftest import wait_until
 from tests.jobs.conftest import LiveProject
+from tests.websockets import handshake
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -91,7 +92,7 @@ class LogViewer:
             (b"authorization", f"Bearer {self.secret}".encode()),
         ]
         socket = WebsocketCommunicator(application, f"/ws/jobs/{self.job_id}/log/?{query}", headers=headers)
-        connected, code = await socket.connect(timeout=10)
+        connected, code = await handshake(socket, timeout=10)
         assert connected, code
         return socket
 

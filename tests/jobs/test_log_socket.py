@@ -30,6 +30,7 @@ from jobs.models import Job, JobState
 from jobs.paths import job_paths
 from tenants.services import token_create
 from tests.factories import add_project_member, add_tenant_member, make_project, make_tenant, make_user, unique_slug
+from tests.websockets import handshake
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -126,7 +127,7 @@ class Viewer:
         self.next_offsets: dict[str, int] = {"stdout": 0, "stderr": 0}
 
     async def connect(self) -> tuple[bool, int | None]:
-        connected, code = await self.communicator.connect(timeout=5)
+        connected, code = await handshake(self.communicator, timeout=5)
         return bool(connected), code
 
     async def receive_until(

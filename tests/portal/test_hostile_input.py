@@ -28,6 +28,7 @@ from tests.factories import PASSWORD, add_project_member, add_tenant_member, mak
 from tests.isolation_rules import ROLES, Case
 from tests.jobs.test_log_socket import SAME_ORIGIN, LogJob, download, log_job, session_cookie
 from tests.tenants.test_isolation_matrix import MATRIX, _url, database_fingerprint, world
+from tests.websockets import handshake
 
 __all__ = ["log_job", "world"]  # fixtures, imported to be used here
 
@@ -146,7 +147,7 @@ def test_a_symlink_the_job_put_over_its_output_is_not_followed(log_job: LogJob, 
         from portal.asgi import application
 
         socket = WebsocketCommunicator(application, f"/ws/jobs/{log_job.job.pk}/log/", headers=headers)
-        connected, _ = await socket.connect(timeout=5)
+        connected, _ = await handshake(socket, timeout=5)
         assert connected
         messages = [await socket.receive_json_from(timeout=5) for _ in range(2)]
         await socket.disconnect()
@@ -193,7 +194,7 @@ def test_a_traversing_log_socket_address_is_refused(log_job: LogJob, path: str) 
         from portal.asgi import application
 
         socket = WebsocketCommunicator(application, path.format(job=log_job.job.pk), headers=headers)
-        connected, _ = await socket.connect(timeout=5)
+        connected, _ = await handshake(socket, timeout=5)
         await socket.disconnect()
         return bool(connected)
 
@@ -209,9 +210,9 @@ def test_a_log_socket_offset_that_is_not_a_number_is_refused_with_4400(log_job: 
         from portal.asgi import application
 
         socket = WebsocketCommunicator(application, f"/ws/jobs/{log_job.job.pk}/log/?{query}", headers=headers)
-        connected, code = await socket.connect(timeout=5)
+        connected, code = await handshake(socket, timeout=5)
         assert not connected
-        return code  # type: ignore[no-any-return]
+        return code
 
     assert async_to_sync(close_code)() == 4400
 
@@ -232,7 +233,7 @@ async def _opens(path: str, headers: list[tuple[bytes, bytes]], *, address: str 
 
     socket = WebsocketCommunicator(application, path, headers=[(b"host", b"127.0.0.1:8000"), *headers])
     socket.scope["client"] = [address, 50000]
-    connected, _ = await socket.connect(timeout=5)
+    connected, _ = await handshake(socket, timeout=5)
     await socket.disconnect()
     return bool(connected)
 
@@ -513,7 +514,7 @@ class OpenSockets:
 
     async def open(self) -> None:
         for name, socket in self.sockets.items():
-            connected, code = await socket.connect(timeout=5)
+            connected, code = await handshake(socket, timeout=5)
             assert connected, (name, code)
 
     async def close_codes(self, *, wait_seconds: float = 5) -> dict[str, int | None]:
@@ -667,7 +668,7 @@ def test_a_tenant_admin_demoted_to_member_stops_watching_projects_they_are_not_i
         headers = [(b"authorization", f"Bearer {secret}".encode())]
         path = f"/ws/projects/{project.tenant.slug}/{project.slug}/jobs/"
         socket = WebsocketCommunicator(application, path, headers=headers)
-        connected, _ = await socket.connect(timeout=5)
+        connected, _ = await handshake(socket, timeout=5)
         assert connected
         await _in_thread(lambda: tenant_member_change_role(actor=admin, membership=membership, role="member"))
         while (output := await socket.receive_output(timeout=5))["type"] != "websocket.close":

@@ -8,6 +8,7 @@ from channels.testing import WebsocketCommunicator
 
 from tenants.services import token_create, token_revoke
 from tests.factories import make_user
+from tests.websockets import handshake
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,7 +20,7 @@ async def _connects(authorization: str | None) -> bool:
     if authorization is not None:
         headers.append((b"authorization", authorization.encode()))
     communicator = WebsocketCommunicator(application, "/ws/clusters/", headers=headers)
-    connected, _ = await communicator.connect(timeout=5)
+    connected, _ = await handshake(communicator, timeout=5)
     await communicator.disconnect()
     return bool(connected)
 
@@ -32,3 +33,20 @@ def test_a_live_token_opens_a_websocket_and_a_revoked_one_does_not() -> None:
     assert async_to_sync(_connects)(None) is False
     token_revoke(actor=user, token=token)
     assert async_to_sync(_connects)(f"Bearer {secret}") is False
+
+
+def test_a_refusal_is_a_close_code_after_the_handshake_not_an_http_403() -> None:
+    """Browsers see no close code when the handshake itself is refused (a bare HTTP 403): the portal accepts
+    and then closes with the code."""
+
+    async def answer() -> tuple[bool, dict[str, object]]:
+        from portal.asgi import application
+
+        headers = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")]
+        communicator = WebsocketCommunicator(application, "/ws/clusters/", headers=headers)
+        accepted, _ = await communicator.connect(timeout=5)
+        closing = await communicator.receive_output(timeout=5)
+        await communicator.disconnect()
+        return bool(accepted), closing
+
+    assert async_to_sync(answer)() == (True, {"type": "websocket.close", "code": 4401})

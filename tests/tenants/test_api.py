@@ -334,6 +334,21 @@ def test_password_guessing_on_the_token_endpoint_is_throttled(acme: dict[str, An
     cache.clear()
 
 
+def test_with_local_passwords_off_the_token_endpoint_checks_no_password(acme: dict[str, Any], settings: Any) -> None:
+    from tenants.backends import LOCAL_PASSWORDS_OFF
+
+    settings.PORTAL_LOCAL_PASSWORDS = False
+
+    right = call(Client(), "POST", "/api/v1/tokens/", {"name": "x", "username": "bob", "password": PASSWORD})
+    nothing = call(Client(), "POST", "/api/v1/tokens/", {"name": "x"})
+    signed_in = call(logged_in(acme["bob"]), "POST", "/api/v1/tokens/", {"name": "from-a-session"})
+
+    assert assert_error(right, 403) == {"code": "permission_denied", "message": LOCAL_PASSWORDS_OFF, "fields": {}}
+    assert assert_error(nothing, 401)["message"].startswith(LOCAL_PASSWORDS_OFF)
+    assert signed_in.status_code == 201  # a browser session (e.g. from single sign-on) still makes tokens
+    assert list(ApiToken.objects.values_list("name", flat=True)) == ["from-a-session"]
+
+
 def test_session_clients_need_csrf_for_writes(acme: dict[str, Any]) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(acme["bob"])
@@ -368,7 +383,8 @@ def test_the_schema_documents_every_route_and_the_error_shape() -> None:
     assert schema["components"]["securitySchemes"]["bearerAuth"] == {
         "type": "http",
         "scheme": "bearer",
-        "description": "A token from POST /api/v1/tokens/.",
+        "description": "A token from POST /api/v1/tokens/, or an access token (JWT) of a configured OpenID "
+        "provider for the portal's API audience.",
     }
     docs = Client().get("/api/docs/").content.decode()
     assert "cdn" not in docs.lower()

@@ -70,6 +70,7 @@ from tests.isolation_rules import (
     everyone,
     only,
 )
+from tests.websockets import handshake
 
 TENANT_SLUG, PROJECT_SLUG = "matrixco", "matrixproj"
 
@@ -169,6 +170,12 @@ MATRIX: dict[str, dict[str, Case]] = {
     "": {"GET": Case(everyone(200, anonymous=302))},
     "login/": {"GET": Case(everyone(302, anonymous=200))},  # logged-in users go straight home
     "logout/": {"GET": Case(everyone(405, anonymous=405)), "POST": Case(everyone(302, anonymous=302))},
+    # Single sign-on is for anyone; the matrix has no provider configured (tests/tenants/test_oidc.py has one).
+    "oidc/<str:provider_id>/login/": {
+        "GET": Case(everyone(404, anonymous=404)),
+        "POST": Case(everyone(404, anonymous=404)),
+    },
+    "oidc/<str:provider_id>/login/callback/": {"GET": Case(everyone(404, anonymous=404))},
     "healthz": {"GET": Case({})},  # infrastructure state, the same answer for every role (checked below)
     "api/schema/": {"GET": Case(everyone(200, anonymous=200))},
     "api/docs/": {"GET": Case(everyone(200, anonymous=200))},
@@ -418,6 +425,7 @@ def _url(route: str, world: World, **overrides: str) -> str:
         "invoice_id": world.invoice_id,
         "report_id": world.report_id,
         "cluster": "matrixcluster",
+        "provider_id": "no-such-provider",
         **overrides,
     }
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda match: values[str(match.group(1))], route)
@@ -600,7 +608,7 @@ def test_websocket_routes_accept_exactly_the_matrix_roles() -> None:
         if cookie is not None:
             headers.append((b"cookie", cookie))
         communicator = WebsocketCommunicator(application, "/" + path, headers=headers)
-        connected, _ = await communicator.connect(timeout=5)
+        connected, _ = await handshake(communicator, timeout=5)
         await communicator.disconnect()
         return bool(connected)
 

@@ -28,14 +28,22 @@ from django.utils import timezone
 
 from billing.models import Rate
 from billing.rates import rate_create
-from clusters.models import Cluster, ClusterAccount
+from clusters.models import Cluster, ClusterAccount, DirectoryPosixUsername
 from jobs.job_services import job_template_save
 from jobs.models import JobTemplate
 from quotas.models import Allocation, TenantPool, period_start
 from quotas.requests import tenant_pool_create
 from quotas.services import allocation_create
 from tenants import services
-from tenants.models import Project, ProjectMembership, ProjectRole, Tenant, TenantMembership, TenantRole
+from tenants.models import (
+    DirectoryGroupRole,
+    Project,
+    ProjectMembership,
+    ProjectRole,
+    Tenant,
+    TenantMembership,
+    TenantRole,
+)
 
 DEMO_TENANTS = {
     "acme": ("ACME Research", {"vision": "Computer vision", "nlp": "Natural language processing"}),
@@ -47,6 +55,15 @@ DEMO_USERS = {
     "bob": ("acme", TenantRole.MEMBER, {"vision": ProjectRole.MEMBER}),
     "carol": ("globex", TenantRole.ADMIN, {"genomics": ProjectRole.MANAGER}),
 }
+# The demo's OpenID provider (scripts/oidc/provider.mjs, id "demo" in PORTAL_OIDC_PROVIDERS): which of its groups
+# gives which role (tenant, project or "", role), and its preferred_username is the POSIX user on every cluster.
+DEMO_PROVIDER = "demo"
+DEMO_GROUP_ROLES: dict[str, list[tuple[str, str, str]]] = {
+    "acme-admins": [("acme", "", TenantRole.ADMIN)],
+    "acme-vision-members": [("acme", "vision", ProjectRole.MEMBER)],
+    "globex-admins": [("globex", "", TenantRole.ADMIN)],
+}
+DEMO_POSIX_CLAIM = "preferred_username"
 # This month's GPU-hours per (cluster, tenant, project): on the 22.05 cluster a large H100 allocation, a smaller
 # A100 one and a small one of any type that is easy to use up in a demo (a 4-GPU job of 2 hours needs 8 of its
 # 50); on the newer clusters, where they are up, L40S hours for acme/vision and H200 hours for globex/genomics.
@@ -129,6 +146,20 @@ class Command(BaseCommand):
                 ClusterAccount.objects.update_or_create(
                     cluster=each_cluster, user=user, defaults={"username": username}
                 )
+
+        for group, roles in DEMO_GROUP_ROLES.items():
+            for tenant_slug, project_slug, role in roles:
+                DirectoryGroupRole.objects.update_or_create(
+                    provider=DEMO_PROVIDER,
+                    group=group,
+                    tenant_slug=tenant_slug,
+                    project_slug=project_slug,
+                    defaults={"role": role},
+                )
+        for each_cluster in clusters.values():
+            DirectoryPosixUsername.objects.update_or_create(
+                provider=DEMO_PROVIDER, cluster=each_cluster, defaults={"claim": DEMO_POSIX_CLAIM}
+            )
 
         vision = projects["acme", "vision"]
         if not JobTemplate.objects.filter(project=vision, name=DEMO_TEMPLATE["name"]).exists():
