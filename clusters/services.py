@@ -242,7 +242,7 @@ def _store_gpu_types(*, cluster: Cluster, nodes: list[NodeInfo], now: datetime) 
 def cluster_account_set(*, actor: Actor, cluster: Cluster, user: User, username: str) -> ClusterAccount:
     """The POSIX user `user`'s jobs run as on `cluster`, audited; the Slurm associations of their projects follow
     after commit. Nothing changes (and nothing is audited) when it is already so."""
-    account = ClusterAccount.objects.select_for_update().filter(cluster=cluster, user=user).first()
+    account = ClusterAccount.objects.select_for_update(of=("self",)).filter(cluster=cluster, user=user).first()
     before = _cluster_account_state(account) if account is not None else None
     if account is not None and account.username == username:
         return account
