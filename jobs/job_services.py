@@ -24,6 +24,7 @@ from clusters.selectors import SubmissionTarget, cluster_list_active, submission
 from jobs.models import Job, JobState, JobTemplate, JobTransition
 from jobs.paths import JobPaths, job_paths
 from jobs.reasons import pending_reason_text
+from jobs.sync_schedule import delivery_wake_needed
 from jobs.templates import BUILTIN_TEMPLATES
 from portal.channel_sends import group_send_all
 from portal.errors import Conflict
@@ -260,8 +261,14 @@ def _job_create(
     # GPU-hours, this raises and the transaction stores nothing.
     reservation = quota_reserve(job=job, gpu_type=values["quota_gpu_type"], now=now)
     # Watchers of the project learn of the job from the worker that delivers it (`_record` pushes it), moments
-    # later: a push from here would cost the request a hop into an event loop.
-    task_enqueue_on_commit("jobs.tasks.job_submit", str(job.id), fallback="the workers' sweep submits the job")
+    # later: a push from here would cost the request a hop into an event loop. While an earlier message for the
+    # cluster waits for a worker, the run that takes it delivers this job too, and none is sent.
+    task_enqueue_on_commit(
+        "jobs.tasks.job_submit",
+        str(job.id),
+        fallback="the workers' sweep submits the job",
+        only_if=lambda: delivery_wake_needed(cluster.pk),
+    )
     return Accepted(
         job=job,
         created=True,

@@ -41,6 +41,7 @@ from clusters.slurm.types import JobState as SlurmState
 from jobs.job_services import cancelled_before_slurm, job_transition, jobs_push, jobs_push_loaded
 from jobs.models import JOB_COMMENT_PREFIX, Job, JobState, JobTransition
 from jobs.paths import JobDirectoryError, job_directory_prepare
+from jobs.sync_schedule import delivery_wake_taken
 from portal.queue import task_enqueue_on_commit
 from tenants.models import Project
 
@@ -103,6 +104,7 @@ class DeliveryRun:
 
     deliveries: dict[uuid.UUID, Delivery] = field(default_factory=dict)
     batches: int = 0
+    more_due: bool = False  # stopped after JOB_DELIVERY_RUN_SECONDS with a full last batch: due jobs may be left
 
 
 @dataclass(frozen=True)
@@ -140,21 +142,24 @@ def job_deliver(*, job_id: uuid.UUID) -> Delivery:
 def jobs_deliver_queued(*, job_id: uuid.UUID) -> DeliveryRun:
     """Deliver this job and, in the same run, the other due queued jobs of its cluster, in batches.
 
-    A job that is no longer queued, that another worker holds, or whose next attempt is not due yet (its retry
-    has a message of its own) costs one query and delivers nothing. Batches are claimed with SKIP LOCKED and
-    leased, so workers draining the same cluster at once take disjoint jobs. The run stops when no due job is
-    left, when the cluster does not answer, or after JOB_DELIVERY_RUN_SECONDS; a job it leaves queued has a
-    message of its own, or the periodic sweep's.
+    Batches are claimed with SKIP LOCKED and leased, so workers draining the same cluster at once take disjoint
+    jobs. A job that is no longer queued, that another worker holds, or whose next attempt is not due yet is
+    left alone, and the run delivers the cluster's other due jobs: a message stands for every job accepted
+    while it waited (`jobs.sync_schedule.delivery_wake_needed`). The run stops when no due job is left, when the
+    cluster does not answer, or after JOB_DELIVERY_RUN_SECONDS with due jobs left (`more_due`: the task sends
+    another message). A job it leaves queued has a retry message of its own, or is the periodic sweep's.
     """
     run = DeliveryRun()
     glance = Job.objects.only(*_GLANCE_FIELDS).filter(pk=job_id).first()
-    refusal = _refusal(glance, now=timezone.now(), due_only=True)
-    if glance is None or refusal:
-        run.deliveries[job_id] = Delivery(refusal)
+    if glance is None:
+        run.deliveries[job_id] = Delivery("nothing to do")
         return run
+    delivery_wake_taken(glance.cluster_id)  # before claiming: a job accepted from now on sends a message again
     size = settings.JOB_DELIVERY_BATCH_SIZE
     stop_claiming_at = time.monotonic() + settings.JOB_DELIVERY_RUN_SECONDS
     own_id: uuid.UUID | None = job_id
+    if refusal := _refusal(glance, now=timezone.now(), due_only=True):
+        run.deliveries[job_id], own_id = Delivery(refusal), None
     while True:
         now = timezone.now()
         with transaction.atomic():
@@ -163,9 +168,9 @@ def jobs_deliver_queued(*, job_id: uuid.UUID) -> DeliveryRun:
                 # Its own job waits for a lock as a single delivery does: a user's cancel may hold it a moment.
                 own, refusal = _lock_own(job_id=own_id, now=now, due_only=True)
                 if own is None:
-                    run.deliveries[job_id] = Delivery(refusal)
-                    return run
-                batch.append(own)
+                    run.deliveries[job_id], own_id = Delivery(refusal), None
+                else:
+                    batch.append(own)
             batch += _lock_due(cluster_id=glance.cluster_id, now=now, limit=size - len(batch), exclude=own_id)
             if not batch:
                 return run
@@ -174,7 +179,10 @@ def jobs_deliver_queued(*, job_id: uuid.UUID) -> DeliveryRun:
         result = _batch_deliver(cluster=batch[0].cluster, claimed=claimed, settled=settled)
         run.deliveries.update(result.deliveries)
         run.batches += 1
-        if result.unreachable or len(batch) < size or time.monotonic() > stop_claiming_at:
+        if result.unreachable or len(batch) < size:
+            return run
+        if time.monotonic() > stop_claiming_at:
+            run.more_due = True
             return run
 
 

@@ -65,6 +65,31 @@ def job_sync_slot(cluster_id: int) -> Iterator[bool]:
                 logger.warning("cache unavailable: cluster %s's sync slot expires on its own", cluster_id)
 
 
+def delivery_wake_needed(cluster_id: int) -> bool:
+    """Whether a job just accepted for the cluster should send a delivery message: False while an earlier
+    message for the cluster waits for a worker, because the run that takes it delivers every due job of the
+    cluster, this one too (`delivery_wake_taken`). Under a burst of submissions the messages, and so the
+    worker's runs, carry many jobs each instead of one. Without the cache (Redis down) every job sends one."""
+    try:
+        return bool(cache.add(_delivery_wake_key(cluster_id), 1, timeout=settings.JOB_DELIVERY_WAKE_SECONDS))
+    except Exception:
+        return True
+
+
+def delivery_wake_taken(cluster_id: int) -> None:
+    """A worker has taken a delivery message for the cluster and is about to claim its due jobs: the next job
+    accepted sends a message again. A wake that is never taken (its message lost) lapses after
+    JOB_DELIVERY_WAKE_SECONDS; the jobs it held back are the sweep's, as every job with a lost message is."""
+    try:
+        cache.delete(_delivery_wake_key(cluster_id))
+    except Exception:
+        logger.warning("cache unavailable: cluster %s's delivery wake lapses on its own", cluster_id)
+
+
+def _delivery_wake_key(cluster_id: int) -> str:
+    return f"jobs:delivery-wake:{cluster_id}"
+
+
 def quota_usage_collection_due(cluster_id: int) -> bool:
     """Whether the sync should also collect usage from accounting: at most once per JOB_SYNC_INTERVAL_SECONDS,
     however fast the state sync runs (accounting queries are the expensive part)."""

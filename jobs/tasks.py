@@ -39,11 +39,13 @@ logger = logging.getLogger(__name__)
 def job_submit(job_id: str) -> None:
     """Deliver a queued job to Slurm exactly once, and in the same run the other due queued jobs of its cluster,
     in batches; each job that must wait for a retry gets its message here. A message whose job another run
-    already delivered does nothing."""
+    already delivered still delivers the cluster's other due jobs: it may stand for jobs that sent none."""
     run = job_sync.jobs_deliver_queued(job_id=uuid.UUID(job_id))
     for retried_id, delivery in run.deliveries.items():
         if delivery.retry_in is not None:
             job_submit.apply_async((str(retried_id),), countdown=delivery.retry_in)
+    if run.more_due:  # the jobs accepted meanwhile may have sent no message of their own
+        job_submit.delay(job_id)
 
 
 @shared_task(

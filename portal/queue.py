@@ -10,21 +10,32 @@ which, for the log).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from django.db import transaction
 
 logger = logging.getLogger(__name__)
 
 
-def task_enqueue_on_commit(task_name: str, *args: object, fallback: str) -> None:
-    """Send the task `task_name` (e.g. "jobs.tasks.job_submit") with `args` once the current transaction commits."""
+def task_enqueue_on_commit(
+    task_name: str, *args: object, fallback: str, only_if: Callable[[], bool] | None = None
+) -> None:
+    """Send the task `task_name` (e.g. "jobs.tasks.job_submit") with `args` once the current transaction commits;
+    with `only_if`, only when it answers True then (after the commit: what it checks must see the new rows)."""
 
     def send() -> None:
-        from portal.celery import app  # the Celery app imports settings; load it only when sending
-
-        try:
-            app.send_task(task_name, args=args)
-        except Exception:  # the broker (Redis) is down or unreachable
-            logger.warning("could not enqueue %s%r; %s", task_name, args, fallback, exc_info=True)
+        if only_if is not None and not only_if():
+            return
+        task_send(task_name, *args, fallback=fallback)
 
     transaction.on_commit(send)
+
+
+def task_send(task_name: str, *args: object, fallback: str) -> None:
+    """Send the task now (outside a transaction, or when it need not wait for one)."""
+    from portal.celery import app  # the Celery app imports settings; load it only when sending
+
+    try:
+        app.send_task(task_name, args=args)
+    except Exception:  # the broker (Redis) is down or unreachable
+        logger.warning("could not enqueue %s%r; %s", task_name, args, fallback, exc_info=True)

@@ -326,6 +326,9 @@ JOB_SUBMIT_GIVE_UP_HOURS = env_int("JOB_SUBMIT_GIVE_UP_HOURS", 24)
 JOB_DELIVERY_BATCH_SIZE = env_int("JOB_DELIVERY_BATCH_SIZE", 50)
 JOB_DELIVERY_THREADS = env_int("JOB_DELIVERY_THREADS", 4)
 JOB_DELIVERY_RUN_SECONDS = env_int("JOB_DELIVERY_RUN_SECONDS", 20)
+# While a delivery message for a cluster waits for a worker, jobs accepted for it send none (that run delivers
+# them); a wake whose message was lost lapses after this long (jobs/sync_schedule.py).
+JOB_DELIVERY_WAKE_SECONDS = env_int("JOB_DELIVERY_WAKE_SECONDS", 10)
 # Live logs: one reader per file per process wakes the file's viewers when inotify reports a change in its
 # directory. It also looks at the file every JOB_LOG_POLL_SECONDS (one lstat per file, whatever the number of
 # viewers): the fallback for a missed event and for filesystems that report no changes made on other hosts

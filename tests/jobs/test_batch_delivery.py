@@ -26,6 +26,7 @@ from clusters.slurm import SlurmClient
 from jobs.job_sync import DeliveryRun, jobs_deliver_queued
 from jobs.models import Job, JobState, JobTransition
 from jobs.paths import job_paths
+from tests.conftest import SentTask
 from tests.jobs.conftest import LiveProject
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -181,14 +182,38 @@ def test_a_batch_rejects_the_jobs_that_cannot_run_and_submits_the_others_once(
     assert slurm_ids_by_tag(slurm_client, [job.slurm_comment for job in (misplaced, cancelled, too_old)]) == {}
 
 
-def test_a_message_for_a_job_a_batch_already_delivered_costs_one_query(project: LiveProject) -> None:
+def test_a_message_for_a_job_a_batch_already_delivered_delivers_the_clusters_other_due_jobs(
+    project: LiveProject,
+) -> None:
     first, second = queued_jobs(project, 2)
     jobs_deliver_queued(job_id=first.pk)
 
     with CaptureQueriesContext(connection) as queries:
         run = jobs_deliver_queued(job_id=second.pk)
+    # Nothing else is due: the job's glance and one look for due jobs (in its transaction).
+    assert (outcomes(run), run.batches) == ({second.pk: "nothing to do"}, 0)
+    assert [query["sql"].split()[0] for query in queries] == ["SELECT", "BEGIN", "SELECT", "COMMIT"]
 
-    assert (outcomes(run), run.batches, len(queries)) == ({second.pk: "nothing to do"}, 0, 1)
+    # A job accepted while that message waited sent none of its own: the message delivers it.
+    late = queued_job(project, name="late")
+    run = jobs_deliver_queued(job_id=second.pk)
+    assert (outcomes(run), run.batches) == ({second.pk: "nothing to do", late.pk: "submitted"}, 1)
+
+
+def test_jobs_accepted_while_a_delivery_message_waits_send_none_and_that_message_delivers_them(
+    project: LiveProject, sent_tasks: list[SentTask]
+) -> None:
+    ids = [str(project.submit(name=f"burst-{number}")["id"]) for number in range(3)]
+    assert sent_tasks == [("jobs.tasks.job_submit", (ids[0],))]  # one message stands for all three
+
+    run = jobs_deliver_queued(job_id=uuid.UUID(ids[0]))
+
+    assert {str(job_id): delivery.outcome for job_id, delivery in run.deliveries.items()} == dict.fromkeys(
+        ids, "submitted"
+    )
+    # The run took the message: the next job accepted sends one again.
+    later = str(project.submit(name="after")["id"])
+    assert sent_tasks[1:] == [("jobs.tasks.job_submit", (later,))]
 
 
 def test_a_message_before_its_jobs_retry_is_due_delivers_nothing(project: LiveProject) -> None:
