@@ -75,6 +75,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "portal.request_guard.nul_characters_refused",
+    # Outside CommonMiddleware: APPEND_SLASH redirects first, then an unknown /api/ path gets the JSON shape.
+    "portal.api_errors.api_not_found_as_json",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
