@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -114,6 +115,24 @@ def test_a_password_sign_in_asks_for_the_code_and_refuses_a_wrong_one() -> None:
     password_sign_in(other, "alice")
     assert other.post("/login/code/", {"code": code_for(secret, periods_from_now=1)}).status_code == 400
     assert signed_in(other) is None
+
+
+def test_guessing_codes_is_slowed_like_guessing_passwords(settings: Any) -> None:
+    settings.LOGIN_ACCOUNT_FREE_FAILURES = 5  # production's (tests/settings.py relaxes it)
+    alice = make_user()
+    enrolled = Client()
+    enrolled.force_login(alice)
+    secret = enrol(enrolled)
+    # An address no other test has used: the cache outlives tests.
+    client = Client(REMOTE_ADDR=f"2001:db8::{uuid.uuid4().hex[:4]}")
+    password_sign_in(client, alice.username)
+
+    wrong = [client.post("/login/code/", {"code": wrong_code_for(secret)}).status_code for _ in range(6)]
+    held_back = client.post("/login/code/", {"code": code_for(secret, periods_from_now=1)})
+
+    assert wrong == [400] * 5 + [429]
+    assert (held_back.status_code, held_back["Retry-After"]) == (429, "30")
+    assert signed_in(client) is None
 
 
 def test_the_code_step_needs_a_right_password_first() -> None:
