@@ -3,8 +3,9 @@
 Login: a button per OpenID provider (tenants/oidc.py) and, unless PORTAL_LOCAL_PASSWORDS is false, Django's
 password form, with wrong passwords limited per client address and per account from that address, together
 with `POST /api/v1/tokens/` (tenants/throttles.py). Over a limit, the form is shown again with the wait and the
-password is not checked. Logout: Django's, then, for someone who signed in through a provider, on to the
-provider's end-session endpoint so that they are signed out there too (RP-initiated logout).
+password is not checked. Someone with two-factor sign-in is sent on to the code step (two_factor_views).
+Logout: Django's, then, for someone who signed in through a provider, on to the provider's end-session endpoint
+so that they are signed out there too (RP-initiated logout).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
+from frontend.two_factor_views import password_sign_in_continue, password_signed_in
 from tenants.backends import LOCAL_PASSWORDS_OFF, local_passwords_enabled
 from tenants.oidc import SESSION_KEY, end_session_url, sign_in_providers
 from tenants.throttles import password_attempt_wait, password_failure_record, request_address
@@ -47,9 +49,15 @@ class LoginView(auth_views.LoginView):
         return super().post(request, *args, **kwargs)
 
     def form_valid(self, form: AuthenticationForm) -> HttpResponse:
+        # Someone with two-factor sign-in gives their code first, and is signed in only then.
+        code_step = password_sign_in_continue(self.request, user=form.get_user(), next_url=self.get_redirect_url())
+        if code_step is not None:
+            return code_step
         # A password sign-in ends whatever provider sign-in this browser's session still remembered.
         self.request.session.pop(SESSION_KEY, None)
-        return super().form_valid(form)
+        response = super().form_valid(form)
+        password_signed_in(self.request)
+        return response
 
     def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
         username = self.request.POST.get("username", "")

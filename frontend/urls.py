@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from frontend import billing_views, cluster_views, job_views, project_views, staff_views, views
+from frontend import billing_views, cluster_views, job_views, project_views, staff_views, two_factor_views, views
 from frontend.login_views import LoginView, LogoutView
 from tenants.oidc import sign_in_callback, sign_in_start
 
@@ -18,6 +18,7 @@ urlpatterns: list[URLPattern] = [
     # allauth's openid_connect URL names, which its provider reverses.
     path("oidc/<str:provider_id>/login/", sign_in_start, name="openid_connect_login"),
     path("oidc/<str:provider_id>/login/callback/", sign_in_callback, name="openid_connect_callback"),
+    *two_factor_views.urlpatterns,
     *views.urlpatterns,
     *job_views.urlpatterns,
     *cluster_views.urlpatterns,

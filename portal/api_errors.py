@@ -3,12 +3,13 @@
 `message` is one sentence a person can act on; `fields` maps each input field to its problems (empty when
 the error is not about a field; `non_field_errors` holds problems of the input as a whole). DRF's own
 errors, Django's `ValidationError`/`Http404`/`PermissionDenied` raised by services and selectors, and
-unknown routes, requests Django refuses (too large, a foreign Host) or crashes under `/api/` all come out in
-this shape.
+unknown routes (with DEBUG on too: `api_not_found_as_json`), requests Django refuses (too large, a foreign
+Host) or crashes under `/api/` all come out in this shape.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -145,6 +146,24 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception or Http404())
+
+
+def api_not_found_as_json(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
+    """Middleware: an unknown `/api/` path answers the error shape in every mode. With DEBUG on, Django answers an
+    unresolved path with its own HTML page (listing the URL patterns) instead of handler404. It sits outside
+    CommonMiddleware, so `/api/v1/jobs` still redirects to `/api/v1/jobs/` (APPEND_SLASH) first."""
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        response = get_response(request)
+        if (
+            response.status_code == status.HTTP_404_NOT_FOUND
+            and _wants_json(request)
+            and not response.get("Content-Type", "").startswith("application/json")
+        ):
+            return handler404(request)
+        return response
+
+    return middleware
 
 
 def _bad_request_message(exception: Exception) -> str:

@@ -68,11 +68,15 @@ INSTALLED_APPS = [
     "allauth.account",
     "allauth.socialaccount",
     "allauth.socialaccount.providers.openid_connect",
+    # Two-factor sign-in (TOTP) for local accounts: frontend/two_factor_views.py, tenants/two_factor.py.
+    "allauth.mfa",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "portal.request_guard.nul_characters_refused",
+    # Outside CommonMiddleware: APPEND_SLASH redirects first, then an unknown /api/ path gets the JSON shape.
+    "portal.api_errors.api_not_found_as_json",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -82,6 +86,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    "frontend.two_factor_views.two_factor_gate",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -219,6 +224,12 @@ ACCOUNT_EMAIL_VERIFICATION = "none"
 ACCOUNT_UNIQUE_EMAIL = False  # people share addresses (lab mailing lists); usernames identify them
 ACCOUNT_LOGIN_METHODS = {"username"}
 ACCOUNT_SIGNUP_FIELDS = ["username*", "email", "password1*"]
+# Two-factor sign-in after a portal password: an authenticator app's codes (TOTP), optional for everyone;
+# PORTAL_MFA_REQUIRED_FOR_STAFF=true makes staff set it up before they can use the portal after a password.
+PORTAL_MFA_REQUIRED_FOR_STAFF = env_bool("PORTAL_MFA_REQUIRED_FOR_STAFF", False)
+MFA_SUPPORTED_TYPES = ["totp"]
+MFA_TOTP_ISSUER = "GPU portal"
+MFA_TOTP_TOLERANCE = 1  # one 30-second period either side: phones' clocks drift
 
 STATIC_URL = "static/"
 # The portal's own pages load scripts, styles and images from the portal only: no inline script or style,

@@ -41,6 +41,7 @@ from tenants.models import (
 )
 from tenants.selectors import ProjectAction, TenantAction
 from tenants.throttles import PasswordGuessingThrottled, password_attempt_wait, password_failure_record, request_address
+from tenants.two_factor import TWO_FACTOR_TOKENS, totp_enabled, totp_required
 
 # Output serializers ------------------------------------------------------------------------------------
 
@@ -504,7 +505,8 @@ class ProjectMemberDetailApi(generics.GenericAPIView):  # type: ignore[type-arg]
         summary="Create an API token",
         description=(
             "Authenticate with your browser session, or send `username` and `password` in the body (refused with "
-            "403 where the portal turns local passwords off: PORTAL_LOCAL_PASSWORDS=false). "
+            "403 where the portal turns local passwords off: PORTAL_LOCAL_PASSWORDS=false, and for accounts with "
+            "two-factor sign-in, or staff who must have it: they create tokens in the browser). "
             "The reply holds the secret once; use it as `Authorization: Bearer <token>`. "
             "A token cannot create further tokens."
         ),
@@ -546,6 +548,9 @@ class TokenListApi(generics.ListAPIView):  # type: ignore[type-arg]
             if authenticated is None:
                 password_failure_record(address=address, username=username)
                 raise exceptions.AuthenticationFailed("Wrong username or password")
+            if totp_enabled(authenticated) or totp_required(authenticated):
+                # A password alone must not give what the login page gives only with the second factor.
+                raise exceptions.PermissionDenied(TWO_FACTOR_TOKENS)
             user = authenticated
         elif not local_passwords_enabled():
             raise exceptions.NotAuthenticated(LOCAL_PASSWORDS_OFF)

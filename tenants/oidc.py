@@ -398,6 +398,11 @@ class NoSelfSignupAdapter(DefaultAccountAdapter):  # type: ignore[misc]
     def is_open_for_signup(self, request: HttpRequest) -> bool:
         return False
 
+    def get_login_stages(self) -> list[str]:
+        """Not allauth.mfa's code step: a provider's sign-in has the provider's own second factor, and the portal's
+        (frontend/two_factor_views.py) follows portal passwords only."""
+        return [stage for stage in super().get_login_stages() if not stage.startswith("allauth.mfa.")]
+
     def login(self, request: HttpRequest, user: Any) -> None:
         super().login(request, user)
         sign_in = getattr(request, "portal_oidc_sign_in", None)

@@ -11,7 +11,8 @@
 //   OIDC_API_RESOURCES  JSON list of APIs (resource indicators, RFC 8707) the provider issues JWT access tokens for
 //                     (scope `api`, audience the resource), e.g. ["http://127.0.0.1:8000/api"]; default none
 //   OIDC_IDENTITIES_FILE  optional JSON file {username: {claim: value, ...}} read at each sign-in: claims that
-//                     replace the built-in ones (null removes one), so a person's groups can change while it runs
+//                     replace the built-in ones (null removes one), so a person's groups can change while it runs;
+//                     a `uid` set there is released with the profile scope (a POSIX user name other than the login)
 //   DEMO_PASSWORD     the demo identities' password
 //
 // Keys (signing and cookie) are made anew at each start: a restart signs everyone out of the provider, which a
@@ -98,7 +99,8 @@ const provider = new Provider(issuer, {
   scopes: ['openid', 'profile', 'email', 'groups'],
   claims: {
     openid: ['sub'],
-    profile: ['preferred_username', 'name', 'given_name', 'family_name'],
+    // `uid`, the person's POSIX user as an LDAP-backed directory releases it, only when OIDC_IDENTITIES_FILE sets it.
+    profile: ['preferred_username', 'name', 'given_name', 'family_name', 'uid'],
     email: ['email', 'email_verified'],
     groups: ['groups'],
   },
