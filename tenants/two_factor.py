@@ -52,7 +52,7 @@ class TwoFactorRefused(Exception):
 @transaction.atomic
 def totp_enable(*, user: User, secret: str, code: str) -> Authenticator:
     """Turn two-factor sign-in on with `secret` (shown to the user once), proven by a code their app made from it."""
-    User.objects.select_for_update().filter(pk=user.pk).first()
+    User.objects.select_for_update(of=("self",)).filter(pk=user.pk).first()
     if totp_enabled(user):
         raise TwoFactorRefused("Two-factor sign-in is already on for your account.")
     authenticator = TOTP.activate(user, secret).instance

@@ -19,10 +19,8 @@ from django.conf import settings
 from django.db import connection
 
 from clusters.clients import slurm_clients_close
-from clusters.models import Cluster
 from clusters.slurm import SlurmClient, SlurmError
 from clusters.slurm.types import JobState, JobSubmission, SlurmJob
-from jobs.sync_schedule import delivery_wake_taken
 from portal.celery import app as celery_app
 from tests.live_clusters import LiveCluster, live_cluster_params
 from tests.oidc_provider import SCRIPT as OIDC_PROVIDER_SCRIPT
@@ -264,9 +262,6 @@ def celery_workers_idle() -> None:
     """Drop queued tasks and wait until the session's worker (if one runs) has finished the one it is on."""
     if _running_workers:
         celery_app.control.purge()
-        # A dropped delivery message's wake would hold back the next job's message (jobs/sync_schedule.py).
-        for cluster_id in Cluster.objects.values_list("pk", flat=True):
-            delivery_wake_taken(cluster_id)
         if not celery_app.control.ping(destination=_running_workers, timeout=60):
             pytest.fail("the Celery worker stayed busy for 60 s")
 

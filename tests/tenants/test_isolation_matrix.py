@@ -170,6 +170,9 @@ MATRIX: dict[str, dict[str, Case]] = {
     "": {"GET": Case(everyone(200, anonymous=302))},
     "login/": {"GET": Case(everyone(302, anonymous=200))},  # logged-in users go straight home
     "logout/": {"GET": Case(everyone(405, anonymous=405)), "POST": Case(everyone(302, anonymous=302))},
+    # The code step exists only between a right password and the code: without one, back to the login page.
+    "login/code/": {"GET": Case(everyone(302, anonymous=302)), "POST": Case(everyone(302, anonymous=302))},
+    "account/two-factor/": {"GET": Case(everyone(200, anonymous=302))},  # one's own second factor
     # Single sign-on is for anyone; the matrix has no provider configured (tests/tenants/test_oidc.py has one).
     "oidc/<str:provider_id>/login/": {
         "GET": Case(everyone(404, anonymous=404)),
