@@ -67,10 +67,17 @@ TEST_PARENT_ACCOUNT = "pytest"
 @pytest.fixture(scope="session")
 def slurm_parent_account(slurm_client: SlurmClient) -> str:
     """The parent of the tests' accounts, as a tenant's account is the parent of its projects'."""
-    if TEST_PARENT_ACCOUNT not in {account.name for account in slurm_client.accounts()}:
-        slurm_client.create_account(
-            name=TEST_PARENT_ACCOUNT, cluster=CLUSTER_NAME, description="pytest", organization="pytest"
-        )
+    return parent_account_ensure(slurm_client, cluster=CLUSTER_NAME)
+
+
+def parent_account_ensure(client: SlurmClient, *, cluster: str) -> str:
+    """The tests' parent account with its association on `cluster`: created when either is missing. An account
+    can outlive its association (22.05's slurmdbd lost one after a day of benchmarks deleting accounts), and then
+    every account created under it fails with 'Unspecified error'; creating it again restores the association."""
+    try:
+        client.account_gpu_minutes_limit(account=TEST_PARENT_ACCOUNT, cluster=cluster)  # reads its association
+    except SlurmError:  # none: SlurmNotFound, or 22.05's "Nothing found" (9003)
+        client.create_account(name=TEST_PARENT_ACCOUNT, cluster=cluster, description="pytest", organization="pytest")
     return TEST_PARENT_ACCOUNT
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from clusters.slurm import SlurmClient, SlurmError
 from clusters.slurm.types import JobSubmission
-from tests.conftest import JOB_USER
+from tests.conftest import JOB_USER, parent_account_ensure
 from tests.live_clusters import LiveCluster
 
 CONTRACT_PARENT_ACCOUNT = "pytest"
@@ -36,11 +36,7 @@ def contract_client(live: LiveCluster) -> Iterator[SlurmClient]:
 @pytest.fixture(scope="session")
 def contract_parent_account(live: LiveCluster, contract_client: SlurmClient) -> str:
     """The parent of the tests' accounts, as a tenant's account is the parent of its projects'."""
-    if CONTRACT_PARENT_ACCOUNT not in {account.name for account in contract_client.accounts()}:
-        contract_client.create_account(
-            name=CONTRACT_PARENT_ACCOUNT, cluster=live.name, description="pytest", organization="pytest"
-        )
-    return CONTRACT_PARENT_ACCOUNT
+    return parent_account_ensure(contract_client, cluster=live.name)
 
 
 @pytest.fixture
