@@ -23,12 +23,19 @@ is_running() {
   [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
 }
 
-up() {
-  bash scripts/npm-ci.sh scripts/oidc
-  mkdir -p var/oidc var/run var/log
+# The portal reads the secret from the file as soon as PORTAL_OIDC_PROVIDERS names it (the demo's first steps,
+# before the provider starts), so `providers` makes it too.
+secret_ensure() {
+  mkdir -p var/oidc
   if [[ ! -s "$SECRET_FILE" ]]; then
     (umask 077 && head -c 32 /dev/urandom | base64 | tr -d '/+=\n' > "$SECRET_FILE")
   fi
+}
+
+up() {
+  bash scripts/npm-ci.sh scripts/oidc
+  mkdir -p var/run var/log
+  secret_ensure
   if is_running; then
     echo "  OpenID provider already running (pid $(cat "$PIDFILE"))"
     return
@@ -73,6 +80,7 @@ down() {
 }
 
 providers() {
+  secret_ensure
   printf '[{"id": "demo", "name": "Demo identity provider", "server_url": "http://%s:%s", "client_id": "gpuportal", "client_secret_file": "%s", "scopes": ["openid", "profile", "email", "groups"], "connect_existing_users": true, "api_audience": "%s/api"}]\n' \
     "$HOST" "$PORT" "$SECRET_FILE" "$PORTAL"
 }
