@@ -45,7 +45,7 @@ DB_USER=slurm
 DB_PASS=slurm-dev-password  # dev-only; MariaDB listens on loopback only
 
 NODES=(gpu01 gpu02 gpu03 gpu04)
-DEMO_USERS=(alice bob carol)
+DEMO_USERS=(alice bob carol dana)  # dana: the demo OpenID provider's newcomer (README, "The demo")
 # slurm-wlm-jwt-plugin is only a Recommends, but auth/jwt and rest_auth/jwt live in it;
 # curl (readiness check) and procps (pgrep) are missing from minimal Debian images.
 PACKAGES=(munge slurm-client slurmctld slurmd slurmdbd slurmrestd slurm-wlm-jwt-plugin curl procps)

@@ -28,7 +28,7 @@ DB_PASS=slurm-dev-password  # dev-only; MariaDB listens on loopback only
 REST_USER=slurmrestd
 HOST=$(hostname -s)
 # Host users whose jobs the clusters run: the demo's and the tests' users, plus every ordinary user of the host.
-BASE_USERS=(alice bob carol)
+BASE_USERS=(alice bob carol dana)
 PACKAGES=slurmctld,slurmd,slurmdbd,slurmrestd,slurm-client,slurm-wlm-jwt-plugin,procps,curl,passwd
 
 configure_cluster() {
