@@ -26,16 +26,11 @@ def task_enqueue_on_commit(
     def send() -> None:
         if only_if is not None and not only_if():
             return
-        task_send(task_name, *args, fallback=fallback)
+        from portal.celery import app  # the Celery app imports settings; load it only when sending
+
+        try:
+            app.send_task(task_name, args=args)
+        except Exception:  # the broker (Redis) is down or unreachable
+            logger.warning("could not enqueue %s%r; %s", task_name, args, fallback, exc_info=True)
 
     transaction.on_commit(send)
-
-
-def task_send(task_name: str, *args: object, fallback: str) -> None:
-    """Send the task now (outside a transaction, or when it need not wait for one)."""
-    from portal.celery import app  # the Celery app imports settings; load it only when sending
-
-    try:
-        app.send_task(task_name, args=args)
-    except Exception:  # the broker (Redis) is down or unreachable
-        logger.warning("could not enqueue %s%r; %s", task_name, args, fallback, exc_info=True)

@@ -17,8 +17,6 @@ from clusters.slurm.types import JobSubmission
 from tests.conftest import JOB_USER, parent_account_ensure
 from tests.live_clusters import LiveCluster
 
-CONTRACT_PARENT_ACCOUNT = "pytest"
-
 
 @pytest.fixture(scope="session")
 def contract_client(live: LiveCluster) -> Iterator[SlurmClient]:
