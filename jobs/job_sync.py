@@ -30,6 +30,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from fast_update.query import FastUpdateQuerySet
 
 from clusters import accounts
 from clusters.clients import slurm_client_for
@@ -41,7 +42,7 @@ from clusters.slurm.types import JobState as SlurmState
 from jobs.job_services import cancelled_before_slurm, job_transition, jobs_push, jobs_push_loaded
 from jobs.models import JOB_COMMENT_PREFIX, Job, JobState, JobTransition
 from jobs.paths import JobDirectoryError, job_directory_prepare
-from jobs.sync_schedule import delivery_wake_taken
+from jobs.sync_schedule import delivery_wake_hold, delivery_wake_taken
 from portal.queue import task_enqueue_on_commit
 from tenants.models import Project
 
@@ -104,7 +105,8 @@ class DeliveryRun:
 
     deliveries: dict[uuid.UUID, Delivery] = field(default_factory=dict)
     batches: int = 0
-    more_due: bool = False  # stopped after JOB_DELIVERY_RUN_SECONDS with a full last batch: due jobs may be left
+    more_due: bool = False  # stopped after JOB_DELIVERY_RUN_SECONDS: due jobs may be left
+    holding_wake: bool = False  # the run holds the cluster's delivery wake (jobs accepted meanwhile send no message)
 
 
 @dataclass(frozen=True)
@@ -145,16 +147,29 @@ def jobs_deliver_queued(*, job_id: uuid.UUID) -> DeliveryRun:
     Batches are claimed with SKIP LOCKED and leased, so workers draining the same cluster at once take disjoint
     jobs. A job that is no longer queued, that another worker holds, or whose next attempt is not due yet is
     left alone, and the run delivers the cluster's other due jobs: a message stands for every job accepted
-    while it waited (`jobs.sync_schedule.delivery_wake_needed`). The run stops when no due job is left, when the
-    cluster does not answer, or after JOB_DELIVERY_RUN_SECONDS with due jobs left (`more_due`: the task sends
-    another message). A job it leaves queued has a retry message of its own, or is the periodic sweep's.
+    while it waited or while a run drained the cluster (`jobs.sync_schedule.delivery_wake_needed`).
+
+    The run holds the cluster's delivery wake while it drains, and claims again after each batch, so under a
+    stream of submissions one run delivers them all instead of one message, and one run, per few jobs. It ends
+    when a claim finds no due job after the wake is given back (a job accepted just before that sent no message,
+    so the run looks once more), when the cluster does not answer, or after JOB_DELIVERY_RUN_SECONDS with due jobs
+    left (`more_due`: the task sends another message). A job it leaves queued has a retry message of its own, or
+    is the periodic sweep's.
     """
     run = DeliveryRun()
     glance = Job.objects.only(*_GLANCE_FIELDS).filter(pk=job_id).first()
     if glance is None:
         run.deliveries[job_id] = Delivery("nothing to do")
         return run
-    delivery_wake_taken(glance.cluster_id)  # before claiming: a job accepted from now on sends a message again
+    run.holding_wake = delivery_wake_hold(glance.cluster_id, taking_message=True)
+    try:
+        return _drain(run, glance=glance, job_id=job_id)
+    finally:
+        if run.holding_wake:
+            delivery_wake_taken(glance.cluster_id)
+
+
+def _drain(run: DeliveryRun, *, glance: Job, job_id: uuid.UUID) -> DeliveryRun:
     size = settings.JOB_DELIVERY_BATCH_SIZE
     stop_claiming_at = time.monotonic() + settings.JOB_DELIVERY_RUN_SECONDS
     own_id: uuid.UUID | None = job_id
@@ -172,18 +187,30 @@ def jobs_deliver_queued(*, job_id: uuid.UUID) -> DeliveryRun:
                 else:
                     batch.append(own)
             batch += _lock_due(cluster_id=glance.cluster_id, now=now, limit=size - len(batch), exclude=own_id)
-            if not batch:
+            if batch:
+                claimed, settled = _claim(batch, now=now)
+        if not batch:
+            if not run.holding_wake:
                 return run
-            claimed, settled = _claim(batch, now=now)
+            # Given back before the last look: a job accepted from now on sends a message, and one accepted
+            # before saw the wake held and sent none, so the look below finds it.
+            delivery_wake_taken(glance.cluster_id)
+            run.holding_wake = False
+            continue
+        if not run.holding_wake:
+            # Found after giving the wake back: hold it again unless a new message already took over.
+            run.holding_wake = delivery_wake_hold(glance.cluster_id, taking_message=False)
         own_id = None
         result = _batch_deliver(cluster=batch[0].cluster, claimed=claimed, settled=settled)
         run.deliveries.update(result.deliveries)
         run.batches += 1
-        if result.unreachable or len(batch) < size:
+        if result.unreachable:
             return run
         if time.monotonic() > stop_claiming_at:
-            run.more_due = True
+            run.more_due = True  # jobs accepted while the run held the wake sent no message
             return run
+        if run.holding_wake:
+            delivery_wake_hold(glance.cluster_id, taking_message=True)  # renewed: it lapses only if this run dies
 
 
 _GLANCE_FIELDS = ("state", "cluster", "submit_lease_until", "next_attempt_at", "cancel_requested_at")
@@ -264,13 +291,13 @@ def _claim(batch: list[Job], *, now: datetime) -> tuple[list[Job], dict[uuid.UUI
 
 
 def _jobs_save(jobs: list[Job], *, fields: list[str]) -> None:
-    """Write `fields` of these jobs: a plain UPDATE for one job, bulk UPDATEs for several. Most delivery batches
-    under a steady trickle of submissions, and most syncs, change one job, and building bulk_update's CASE
-    expressions costs a worker more CPU than the statement costs PostgreSQL."""
+    """Write `fields` of these jobs in one statement: a plain UPDATE for one job, UPDATE ... FROM (VALUES ...) for
+    several. Most delivery batches under a stream of submissions, and most syncs, change a few jobs, and building
+    bulk_update's CASE expressions cost a worker more CPU than the statement costs PostgreSQL."""
     if len(jobs) == 1:
         jobs[0].save(update_fields=fields)
     elif jobs:
-        Job.objects.bulk_update(jobs, fields=fields, batch_size=500)
+        FastUpdateQuerySet(model=Job).fast_update(jobs, fields, unfiltered=True)
 
 
 def _batch_deliver(*, cluster: Cluster, claimed: list[Job], settled: dict[uuid.UUID, Delivery]) -> _Batch:

@@ -67,19 +67,35 @@ def job_sync_slot(cluster_id: int) -> Iterator[bool]:
 
 def delivery_wake_needed(cluster_id: int) -> bool:
     """Whether a job just accepted for the cluster should send a delivery message: False while an earlier
-    message for the cluster waits for a worker, because the run that takes it delivers every due job of the
-    cluster, this one too (`delivery_wake_taken`). Under a burst of submissions the messages, and so the
-    worker's runs, carry many jobs each instead of one. Without the cache (Redis down) every job sends one."""
+    message for the cluster waits for a worker, or while a worker's run drains the cluster, because that run
+    delivers every due job of the cluster, this one too (`delivery_wake_hold`). Under a stream of submissions
+    the messages, and so the worker's runs, carry many jobs each instead of one. Without the cache (Redis down)
+    every job sends one."""
     try:
         return bool(cache.add(_delivery_wake_key(cluster_id), 1, timeout=settings.JOB_DELIVERY_WAKE_SECONDS))
     except Exception:
         return True
 
 
+def delivery_wake_hold(cluster_id: int, *, taking_message: bool) -> bool:
+    """A worker's run drains the cluster: jobs accepted meanwhile send no message. `taking_message`: the run
+    took a message (the wake it stood for becomes the run's, renewed for JOB_DELIVERY_WAKE_SECONDS); else the
+    run holds the wake only if no newer message holds it. Whether the run holds it. A run that dies holding it
+    lets it lapse; the jobs it held back are then the sweep's, or the next message's."""
+    key, timeout = _delivery_wake_key(cluster_id), settings.JOB_DELIVERY_WAKE_SECONDS
+    try:
+        if taking_message:
+            cache.set(key, 1, timeout=timeout)
+            return True
+        return bool(cache.add(key, 1, timeout=timeout))
+    except Exception:
+        logger.warning("cache unavailable: cluster %s's jobs each send a delivery message", cluster_id)
+        return False
+
+
 def delivery_wake_taken(cluster_id: int) -> None:
-    """A worker has taken a delivery message for the cluster and is about to claim its due jobs: the next job
-    accepted sends a message again. A wake that is never taken (its message lost) lapses after
-    JOB_DELIVERY_WAKE_SECONDS; the jobs it held back are the sweep's, as every job with a lost message is."""
+    """The run gives the cluster's wake back: the next job accepted sends a message again. A wake that is never
+    given back (its message lost, its run dead) lapses after JOB_DELIVERY_WAKE_SECONDS."""
     try:
         cache.delete(_delivery_wake_key(cluster_id))
     except Exception:

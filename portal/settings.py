@@ -152,6 +152,13 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# A worker process keeps its PostgreSQL connection from task to task for this long (portal/celery.py), as a
+# WSGI worker keeps its own: Celery's default, a new connection for every task, cost the worker and PostgreSQL
+# more CPU than the job delivery it was opened for. 0 restores Celery's default.
+CELERY_WORKER_DATABASE_CONN_MAX_AGE = env_int("CELERY_WORKER_DATABASE_CONN_MAX_AGE", 600)
+# Celery's Django fixup closes every connection before and after each task unless told to keep them for this
+# many tasks; the worker's own handlers (portal/celery.py) close them when broken or too old instead.
+CELERY_DB_REUSE_MAX = 1_000_000 if CELERY_WORKER_DATABASE_CONN_MAX_AGE else None
 # How often each cluster is asked for job changes (one listing with update_time per cluster): every
 # JOB_SYNC_ACTIVE_SECONDS while it has queued, pending or running jobs, else every JOB_SYNC_INTERVAL_SECONDS
 # (also the pace of usage collection from accounting); see jobs/sync_schedule.py.

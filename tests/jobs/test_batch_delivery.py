@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from clusters.models import Cluster
 from clusters.slurm import SlurmClient
+from jobs import job_sync
 from jobs.job_sync import DeliveryRun, jobs_deliver_queued
 from jobs.models import Job, JobState, JobTransition
 from jobs.paths import job_paths
@@ -190,9 +191,10 @@ def test_a_message_for_a_job_a_batch_already_delivered_delivers_the_clusters_oth
 
     with CaptureQueriesContext(connection) as queries:
         run = jobs_deliver_queued(job_id=second.pk)
-    # Nothing else is due: the job's glance and one look for due jobs (in its transaction).
+    # Nothing else is due: the job's glance, one look for due jobs (in its transaction), and one more after the
+    # run gave the cluster's wake back.
     assert (outcomes(run), run.batches) == ({second.pk: "nothing to do"}, 0)
-    assert [query["sql"].split()[0] for query in queries] == ["SELECT", "BEGIN", "SELECT", "COMMIT"]
+    assert [query["sql"].split()[0] for query in queries] == ["SELECT", *["BEGIN", "SELECT", "COMMIT"] * 2]
 
     # A job accepted while that message waited sent none of its own: the message delivers it.
     late = queued_job(project, name="late")
@@ -214,6 +216,51 @@ def test_jobs_accepted_while_a_delivery_message_waits_send_none_and_that_message
     # The run took the message: the next job accepted sends one again.
     later = str(project.submit(name="after")["id"])
     assert sent_tasks[1:] == [("jobs.tasks.job_submit", (later,))]
+
+
+def test_jobs_accepted_while_a_run_drains_send_none_and_that_run_delivers_them(
+    project: LiveProject, sent_tasks: list[SentTask], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = str(project.submit(name="first")["id"])
+    late: list[str] = []
+    deliver = job_sync._batch_deliver
+
+    def deliver_while_more_arrive(**arguments: Any) -> Any:
+        if len(late) < 2:  # accepted while the run submits a batch: one in the first, one in the second
+            late.append(str(project.submit(name=f"late-{len(late)}")["id"]))
+        return deliver(**arguments)
+
+    monkeypatch.setattr(job_sync, "_batch_deliver", deliver_while_more_arrive)
+    run = jobs_deliver_queued(job_id=uuid.UUID(first))
+
+    assert {str(job_id): delivery.outcome for job_id, delivery in run.deliveries.items()} == dict.fromkeys(
+        [first, *late], "submitted"
+    )
+    assert (run.batches, run.holding_wake) == (3, False)
+    assert sent_tasks == [("jobs.tasks.job_submit", (first,))]  # the late ones sent no message of their own
+    after = str(project.submit(name="after")["id"])  # the run gave the wake back: the next job sends one
+    assert sent_tasks[1:] == [("jobs.tasks.job_submit", (after,))]
+
+
+def test_a_job_accepted_just_before_a_run_gives_its_wake_back_is_delivered_by_that_run(
+    project: LiveProject, sent_tasks: list[SentTask], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = str(project.submit(name="first")["id"])
+    late: list[str] = []
+    give_back = job_sync.delivery_wake_taken
+
+    def accepted_then_given_back(cluster_id: int) -> None:
+        if not late:  # the run found nothing due and is about to give the wake back: a job comes in between
+            late.append(str(project.submit(name="late")["id"]))
+        give_back(cluster_id)
+
+    monkeypatch.setattr(job_sync, "delivery_wake_taken", accepted_then_given_back)
+    run = jobs_deliver_queued(job_id=uuid.UUID(first))
+
+    assert {str(job_id): delivery.outcome for job_id, delivery in run.deliveries.items()} == dict.fromkeys(
+        [first, *late], "submitted"
+    )
+    assert sent_tasks == [("jobs.tasks.job_submit", (first,))]  # the late job saw the wake held: no message
 
 
 def test_a_message_before_its_jobs_retry_is_due_delivers_nothing(project: LiveProject) -> None:
