@@ -35,7 +35,7 @@ def test_one_scrape_sums_the_web_workers_the_celery_worker_and_the_api(
         statuses = list(pool.map(lambda _: httpx.get(f"{wsgi_portal}/api/v1/me/").status_code, range(24)))
     assert statuses == [401] * 24
     # Accepted here, delivered by the worker.
-    submitted = [live_project.submit()["id"] for _ in range(2)]
+    submitted = [str(live_project.submit()["id"]) for _ in range(2)]
     wait_until(
         lambda: delta(before, scrape(wsgi_portal), "portal_job_deliveries_total", **cluster, outcome="delivered") == 2,
         what="both deliveries counted",
