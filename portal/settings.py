@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from celery.schedules import crontab  # noqa: F401  (kept for beat schedules added by later apps)
@@ -53,6 +54,10 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_int("PORTAL
 PORTAL_METRICS = env_bool("PORTAL_METRICS", True)
 PORTAL_METRICS_TOKEN = env_str("PORTAL_METRICS_TOKEN", "")
 PORTAL_METRICS_ALLOW = env_networks("PORTAL_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])
+# Made if missing: a directory on a tmpfs (/run/gpuportal/metrics) is gone after a reboot, and every metric write
+# (so every request) would fail without it.
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 if PORTAL_METRICS and not PORTAL_METRICS_ALLOW and not PORTAL_METRICS_TOKEN:
     raise ConfigurationError(
         "PORTAL_METRICS_ALLOW is empty (any address) and PORTAL_METRICS_TOKEN is not set: anyone could read /metrics. "

@@ -7,7 +7,11 @@ compare two scrapes: the difference is what the test did.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -296,3 +300,26 @@ async def _scrape_async() -> Samples:
     from asgiref.sync import sync_to_async
 
     return await sync_to_async(scrape)()
+
+
+def _portal_starts(**environment: str) -> subprocess.CompletedProcess[str]:
+    """A fresh process with the portal's own settings and only these variables."""
+    clean = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "portal.settings", **environment}
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**clean, "PORTAL_SECRET_KEY": "k3y-" + "x" * 60},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_metrics_open_to_any_address_without_a_token_stop_the_portal_at_start() -> None:
+    refused = _portal_starts(PORTAL_METRICS_ALLOW="")
+    with_token = _portal_starts(PORTAL_METRICS_ALLOW="", PORTAL_METRICS_TOKEN="scrape-secret")
+
+    assert refused.returncode != 0
+    assert "anyone could read /metrics" in refused.stderr
+    assert with_token.returncode == 0, with_token.stderr
