@@ -3,19 +3,20 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 DB_NAME ?= gpuportal
 
-.PHONY: demo test venv services cluster database migrate seed portal stop lint bench browser drills load nginx oidc oidc-install
+.PHONY: demo test venv services cluster database migrate seed portal prometheus stop lint bench browser drills load nginx oidc oidc-install
 
 # The demo is production on one machine, with one convenience: plain HTTP on loopback, so no TLS certificate
 # is needed (README, "Configuration": PORTAL_HTTPS). Everything else runs with the production defaults.
 demo: export PORTAL_HTTPS = false
 # Single sign-on through the demo's own OpenID provider (scripts/oidc.sh), unless PORTAL_OIDC_PROVIDERS names others.
 demo: export PORTAL_OIDC_PROVIDERS ?= $(shell bash scripts/oidc.sh providers)
-demo: cluster database seed oidc portal ## Everything, with demo data, on http://127.0.0.1:8000
+demo: cluster database seed oidc portal prometheus ## Everything, with demo data, on http://127.0.0.1:8000
 	@$(PY) manage.py shell -v 0 -c "from clusters.tasks import cluster_sync_all, slurm_reconcile_all; cluster_sync_all.delay(); slurm_reconcile_all.delay()"
 	@bash scripts/portal.sh wait-healthy
 	@echo
 	@echo "The portal is running on http://127.0.0.1:8000/"
 	@echo "  Django admin:   http://127.0.0.1:8000/admin/   health: http://127.0.0.1:8000/healthz"
+	@echo "  Prometheus:     http://127.0.0.1:9090/ (alerts: /alerts), scraping http://127.0.0.1:8000/metrics"
 	@echo "  Logins (password '$${DEMO_PASSWORD:-demo}'): admin (portal admin), alice (acme admin),"
 	@echo "          bob (member of acme/vision), carol (globex admin)"
 	@echo "  Or 'Sign in with Demo identity provider' (http://127.0.0.1:$${OIDC_PROVIDER_PORT:-8300}, same password):"
@@ -69,7 +70,13 @@ seed: database
 portal: venv
 	@bash scripts/portal.sh up
 
+# Debian's Prometheus (installed if missing) on 127.0.0.1:9090, scraping the portal with the project's alerting
+# rules (deploy/prometheus/); see README, "Metrics and alerts".
+prometheus:
+	@bash scripts/prometheus.sh up
+
 stop: ## Stop everything the project started
+	-@bash scripts/prometheus.sh down
 	-@bash scripts/portal.sh down
 	-@bash scripts/oidc.sh down
 	-@bash scripts/cluster.sh down
@@ -82,6 +89,8 @@ lint: venv database
 	.venv/bin/mypy .
 	.venv/bin/lint-imports --no-cache
 	$(PY) manage.py makemigrations --check --dry-run
+	@# promtool (Debian's prometheus package, installed if missing): the alerting rules and their unit tests.
+	bash scripts/prometheus.sh check
 
 # Each portal benchmark recreates its own database (gpuportal_bench), uses Redis databases 10-12 and port 8100,
 # and cancels its jobs; see bench/portal_stack.py.

@@ -405,6 +405,9 @@ class Portal:
         # The servers' sockets and nginx's files: nginx's workers (www-data) must be able to reach the sockets.
         self.run_dir = Path(tempfile.mkdtemp(prefix="gpuportal-bench-run-"))
         self.run_dir.chmod(0o711)
+        # Its processes' metrics (multiprocess mode, as scripts/portal.sh runs them): GET /metrics sums them.
+        self.metrics_dir = self.run_dir / "metrics"
+        self.metrics_dir.mkdir()
         self.worker_name = f"bench-{uuid.uuid4().hex[:8]}@localhost"
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         self._commands: dict[str, list[str]] = {}
@@ -434,7 +437,12 @@ class Portal:
         self._processes[name] = subprocess.Popen(
             command,
             cwd=ROOT,
-            env={**os.environ, **BENCH_ENVIRONMENT, **self._environments.get(name, {})},
+            env={
+                **os.environ,
+                **BENCH_ENVIRONMENT,
+                "PROMETHEUS_MULTIPROC_DIR": str(self.metrics_dir),
+                **self._environments.get(name, {}),
+            },
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -515,6 +523,7 @@ class Portal:
                 [
                     str(bin_dir / "gunicorn"),
                     "portal.wsgi:application",
+                    "--config=python:portal.gunicorn_conf",
                     f"--bind={bind_wsgi}",
                     f"--workers={topology.http_workers}",
                     *threads,

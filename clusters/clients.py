@@ -8,6 +8,7 @@ from django.conf import settings
 
 from clusters.models import Cluster
 from clusters.slurm import SlurmClient
+from portal.metrics import SlurmrestdMetrics
 
 _clients: dict[tuple[int, str, str, str, str], SlurmClient] = {}
 _lock = threading.Lock()
@@ -27,6 +28,7 @@ def slurm_client_for(cluster: Cluster) -> SlurmClient:
                 timeout_seconds=settings.SLURM_HTTP_TIMEOUT_SECONDS,
                 max_connections=settings.SLURM_HTTP_MAX_CONNECTIONS,
                 token_lifespan_seconds=settings.SLURM_TOKEN_LIFESPAN_SECONDS,
+                observer=SlurmrestdMetrics(cluster.name),
             )
             _clients[key] = client
         return client

@@ -26,6 +26,7 @@ from jobs.paths import JobPaths, job_paths
 from jobs.reasons import pending_reason_text
 from jobs.sync_schedule import delivery_wake_needed
 from jobs.templates import BUILTIN_TEMPLATES
+from portal import metrics
 from portal.channel_sends import group_send_all
 from portal.errors import Conflict
 from portal.queue import task_enqueue_on_commit
@@ -173,6 +174,8 @@ def job_submit_accepted(
         earlier = _earlier(user=user, idempotency_key=request.idempotency_key)
         if earlier is not None:  # a retry of a request that was accepted, whatever has changed since
             return Accepted(job=earlier, created=False)
+        # The cluster as known: a name the user made up must not become a label.
+        metrics.job_refused(cluster=target.cluster.name if target else "", reason="invalid")
         raise ValidationError(problems)
     assert target is not None
     cluster = target.cluster
@@ -201,6 +204,10 @@ def job_submit_accepted(
         if earlier is None:
             raise
         return Accepted(job=earlier, created=False)
+    except Conflict as exc:  # no GPU-hours for it: quota_exceeded, no_allocation
+        metrics.job_refused(cluster=cluster.name, reason=exc.code)
+        raise
+    metrics.job_accepted(cluster=cluster.name)
     return accepted
 
 

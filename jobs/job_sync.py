@@ -42,7 +42,12 @@ from clusters.slurm.types import JobState as SlurmState
 from jobs.job_services import cancelled_before_slurm, job_transition, jobs_push, jobs_push_loaded
 from jobs.models import JOB_COMMENT_PREFIX, Job, JobState, JobTransition
 from jobs.paths import JobDirectoryError, job_directory_prepare
+<<<<<<< HEAD
 from jobs.sync_schedule import delivery_wake_hold, delivery_wake_taken
+=======
+from jobs.sync_schedule import delivery_wake_taken
+from portal import metrics
+>>>>>>> metrics
 from portal.queue import task_enqueue_on_commit
 from tenants.models import Project
 
@@ -528,6 +533,7 @@ def _record(*, outcomes: dict[uuid.UUID, _Outcome], claimed: list[Job], settled:
             JobTransition.objects.bulk_create(transitions)
         if changed:
             transaction.on_commit(lambda: jobs_push_loaded(changed))
+            transaction.on_commit(lambda: _deliveries_count(changed, outcomes, now=now))
         if settled:
             transaction.on_commit(lambda: jobs_push(settled))
 
@@ -565,6 +571,22 @@ def _record_one(
         job.next_attempt_at = now + timedelta(seconds=outcome.retry_in or 0)
         job.updated_at = now
     return True
+
+
+# A recorded outcome as the metrics name it (portal_job_deliveries_total).
+_DELIVERY_METRIC = {"rejected": "rejected", "cancelled before submission": "cancelled"}
+
+
+def _deliveries_count(changed: list[Job], outcomes: dict[uuid.UUID, _Outcome], *, now: datetime) -> None:
+    for job in changed:
+        outcome = outcomes[job.pk]
+        if outcome.slurm_job_id is not None:
+            lag = (now - job.created_at).total_seconds()
+            metrics.job_delivery_record(cluster=job.cluster.name, outcome="delivered", lag_seconds=lag)
+        else:
+            metrics.job_delivery_record(
+                cluster=job.cluster.name, outcome=_DELIVERY_METRIC.get(outcome.delivery, "retry")
+            )
 
 
 def _cancel_unsubmitted(job: Job, *, now: datetime) -> JobTransition:

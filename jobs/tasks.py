@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 
 from celery import shared_task
@@ -16,6 +17,7 @@ from clusters.services import cluster_unreachable_record
 from clusters.slurm import SlurmError, SlurmRetryableError
 from jobs import job_sync, quota_usage
 from jobs.sync_schedule import clusters_due_for_job_sync, job_sync_slot, quota_usage_collection_due
+from portal import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -76,15 +78,18 @@ def cluster_jobs_sync(cluster_id: int) -> None:
 
 def _cluster_jobs_sync(cluster: Cluster) -> None:
     client = slurm_client_for(cluster)
+    started = time.perf_counter()
     try:
         result = job_sync.cluster_jobs_sync(cluster=cluster, client=client)
     except SlurmError as exc:
+        metrics.job_sync_observe(cluster=cluster.name, outcome="failed", seconds=time.perf_counter() - started)
         # Queued jobs wait and job states stay as last seen; the next beat tick tries again.
         Cluster.objects.filter(pk=cluster.pk).update(jobs_sync_error=str(exc)[:2000])
         cluster_unreachable_record(cluster_id=cluster.pk, error=str(exc))
         logger.warning("cluster %s: job sync failed: %s", cluster.name, exc)
         requeued = job_sync.jobs_requeue_overdue(cluster=cluster)
     else:
+        metrics.job_sync_observe(cluster=cluster.name, outcome="ok", seconds=time.perf_counter() - started)
         requeued = result.requeued_ids
     for job_id in requeued:
         job_submit.delay(str(job_id))

@@ -6,11 +6,14 @@ from typing import Any
 from celery import Celery
 from celery.signals import task_postrun, task_prerun, worker_process_init
 
+from portal.metrics import celery_signals_connect
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+<<<<<<< HEAD
 
 
 @worker_process_init.connect
@@ -39,3 +42,7 @@ def _database_connections_checked(task: Any = None, **kwargs: Any) -> None:
 
     if task is not None and not getattr(task.request, "is_eager", False):
         close_old_connections()
+=======
+# Every process that sends tasks stamps them, and every worker counts and times what it runs (README, "Metrics").
+celery_signals_connect()
+>>>>>>> metrics

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -53,6 +54,17 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_networks(name: str, default: list[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """A comma-separated list of addresses or CIDR networks (`127.0.0.1/32,10.0.0.0/8,::1`)."""
+    networks = []
+    for item in env_list(name, default):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError as exc:
+            raise ConfigurationError(f"{name}: {item!r} is not an address or a network such as 10.0.0.0/8") from exc
+    return networks
 
 
 # Django's development key: only ever used with PORTAL_DEBUG on, and refused without it.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from celery.schedules import crontab  # noqa: F401  (kept for beat schedules added by later apps)
@@ -9,10 +10,12 @@ from csp.constants import NONE as CSP_NONE
 from csp.constants import SELF as CSP_SELF
 
 from portal.env import (
+    ConfigurationError,
     database_from_url,
     env_bool,
     env_int,
     env_list,
+    env_networks,
     env_str,
     oidc_providers,
     origin_of,
@@ -34,7 +37,7 @@ CSRF_TRUSTED_ORIGINS = env_list("PORTAL_CSRF_TRUSTED_ORIGINS", ["http://127.0.0.
 PORTAL_HTTPS = env_bool("PORTAL_HTTPS", not DEBUG)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = PORTAL_HTTPS
 SECURE_SSL_REDIRECT = PORTAL_HTTPS
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env_int("PORTAL_HSTS_SECONDS", 365 * 24 * 3600 if PORTAL_HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("PORTAL_HSTS_INCLUDE_SUBDOMAINS", True)
 # Asking browsers to preload the domain is the site's own decision about its whole domain: opt in.
@@ -43,6 +46,23 @@ SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 # Behind PORTAL_NUM_PROXIES trusted proxies (nginx in scripts/portal.sh), the request was HTTPS when the proxy
 # says so; nginx sets X-Forwarded-Proto itself, so a client cannot.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_int("PORTAL_NUM_PROXIES", 0) else None
+
+# Prometheus metrics at /metrics (README, "Metrics and alerts"): recorded by every process (in multiprocess mode
+# when PROMETHEUS_MULTIPROC_DIR is set, as scripts/portal.sh sets it), read by scrapers from PORTAL_METRICS_ALLOW
+# (loopback by default; behind the proxy the address is the one it saw, PORTAL_NUM_PROXIES) that carry
+# PORTAL_METRICS_TOKEN when one is set. PORTAL_METRICS=false records nothing, to measure what recording costs.
+PORTAL_METRICS = env_bool("PORTAL_METRICS", True)
+PORTAL_METRICS_TOKEN = env_str("PORTAL_METRICS_TOKEN", "")
+PORTAL_METRICS_ALLOW = env_networks("PORTAL_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])
+# Made if missing: a directory on a tmpfs (/run/gpuportal/metrics) is gone after a reboot, and every metric write
+# (so every request) would fail without it.
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+if PORTAL_METRICS and not PORTAL_METRICS_ALLOW and not PORTAL_METRICS_TOKEN:
+    raise ConfigurationError(
+        "PORTAL_METRICS_ALLOW is empty (any address) and PORTAL_METRICS_TOKEN is not set: anyone could read /metrics. "
+        "Set a token (or PORTAL_METRICS_TOKEN_FILE), or list the scrapers' networks."
+    )
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -73,6 +93,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost, so that it times and counts every answer, the other middleware's refusals included.
+    *(["portal.metrics.http_metrics_middleware"] if PORTAL_METRICS else []),
     "django.middleware.security.SecurityMiddleware",
     "portal.request_guard.nul_characters_refused",
     # Outside CommonMiddleware: APPEND_SLASH redirects first, then an unknown /api/ path gets the JSON shape.

@@ -6,11 +6,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from portal.apis import MeApi
 from portal.health import healthz
+from portal.metrics_views import metrics
 
 urlpatterns = [
     path("", include("frontend.urls")),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics, name="metrics"),
     path("api/v1/me/", MeApi.as_view(), name="api-me"),
     path("api/v1/", include("tenants.api_urls")),
     path("api/v1/", include("clusters.api_urls")),

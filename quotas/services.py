@@ -20,6 +20,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q, Sum
 from django.db.models.functions import Coalesce
 
+from portal import metrics
 from portal.errors import Conflict
 from portal.queue import task_enqueue_on_commit
 from quotas.models import Allocation, LedgerEntry, LedgerKind
@@ -239,6 +240,7 @@ def quota_reserve(*, job: Job, gpu_type: str | None, now: datetime) -> Reservati
         return None
     allocation = _reserve_if_it_fits(job=job, gpu_type=gpu_type, needed=needed, now=now)
     if allocation is not None:
+        metrics.quota_reserved(cluster=job.cluster.name, gpu_seconds=needed)
         return Reservation(allocation=allocation, gpu_seconds=needed)
     # Refused, or an allocation changed meanwhile: decide again under the row lock, and say exactly why.
     project = job.project
@@ -246,14 +248,17 @@ def quota_reserve(*, job: Job, gpu_type: str | None, now: datetime) -> Reservati
     candidates = allocations_current(project_id=project.pk, cluster_id=cluster.pk, now=now)
     chosen = allocation_for(candidates=candidates, gpu_type=gpu_type)
     if chosen is None:
+        metrics.quota_refused(cluster=cluster.name, reason="no_allocation")
         raise NoAllocation(
             _no_allocation_message(project=project, cluster=cluster, gpu_type=gpu_type, found=candidates)
         )
     allocation = Allocation.objects.select_for_update(of=("self",), no_key=True).get(pk=chosen.pk)
     remaining = allocation.remaining_gpu_seconds
     if needed > remaining:
+        metrics.quota_refused(cluster=cluster.name, reason="quota_exceeded")
         raise QuotaExceeded(_exceeded_message(job=job, allocation=allocation, needed=needed))
     _reserve(allocation=allocation, job=job, gpu_seconds=needed, note="accepted")
+    metrics.quota_reserved(cluster=cluster.name, gpu_seconds=needed)
     return Reservation(allocation=allocation, gpu_seconds=needed)
 
 

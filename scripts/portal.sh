@@ -22,7 +22,15 @@ ASGI_POOL_SIZE="${PORTAL_ASGI_DB_POOL:-4}"
 WSGI_SOCKET="$RUN_DIR/wsgi.sock"
 ASGI_SOCKET="$RUN_DIR/asgi.sock"
 NGINX_CONF="$RUN_DIR/nginx/nginx.conf"
-mkdir -p "$RUN_DIR/nginx" "$LOG_DIR" var/static
+# Every portal process of this host writes its metrics here (prometheus_client's multiprocess mode), and a scrape of
+# /metrics on any web process sums them all: README, "Metrics and alerts". Emptied when the portal starts afresh.
+export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$RUN_DIR/metrics}"
+# /metrics wants this token as well as a loopback address (PORTAL_METRICS_ALLOW); the demo's Prometheus
+# (scripts/prometheus.sh) reads the same file. A token of the site's own: set PORTAL_METRICS_TOKEN(_FILE).
+if [[ -z "${PORTAL_METRICS_TOKEN:-}${PORTAL_METRICS_TOKEN_FILE:-}" ]]; then
+  export PORTAL_METRICS_TOKEN_FILE="$ROOT/var/metrics_token"
+fi
+mkdir -p "$RUN_DIR/nginx" "$LOG_DIR" var/static "$PROMETHEUS_MULTIPROC_DIR"
 
 if ((WEB_THREADS > 1)); then WORKER_CLASS="--worker-class=gthread --threads=$WEB_THREADS"; else WORKER_CLASS=""; fi
 
@@ -32,7 +40,7 @@ if ((WEB_THREADS > 1)); then WORKER_CLASS="--worker-class=gthread --threads=$WEB
 # returns its connections to a pool of PORTAL_ASGI_DB_POOL per process (a WebSocket handshake opens none).
 declare -A COMMANDS=(
   [nginx]="/usr/sbin/nginx -c $NGINX_CONF -e $LOG_DIR/nginx.log"
-  [wsgi]="env PORTAL_NUM_PROXIES=${PORTAL_NUM_PROXIES:-1} DATABASE_CONN_MAX_AGE=$WSGI_CONN_MAX_AGE $VENV/gunicorn portal.wsgi:application --bind unix:$WSGI_SOCKET --workers $WEB_WORKERS $WORKER_CLASS --timeout 60"
+  [wsgi]="env PORTAL_NUM_PROXIES=${PORTAL_NUM_PROXIES:-1} DATABASE_CONN_MAX_AGE=$WSGI_CONN_MAX_AGE $VENV/gunicorn portal.wsgi:application -c python:portal.gunicorn_conf --bind unix:$WSGI_SOCKET --workers $WEB_WORKERS $WORKER_CLASS --timeout 60"
   [asgi]="env PORTAL_NUM_PROXIES=${PORTAL_NUM_PROXIES:-1} DATABASE_CONN_MAX_AGE=0 DATABASE_POOL_SIZE=$ASGI_POOL_SIZE $VENV/uvicorn portal.asgi:application --uds $ASGI_SOCKET --workers $ASGI_WORKERS --no-access-log"
   [worker]="$VENV/celery -A portal worker --loglevel=INFO --concurrency=${CELERY_CONCURRENCY:-2} --hostname=portal@%h"
   [beat]="$VENV/celery -A portal beat --loglevel=INFO --schedule=$ROOT/var/run/celerybeat-schedule"
@@ -77,6 +85,22 @@ stop_one() {
   kill -KILL -- "-$pid" 2>/dev/null || true
   rm -f "$pidfile"
   echo "  $name stopped"
+}
+
+# A random token for /metrics, readable by its owner only, made once per checkout (as var/secret_key is).
+metrics_token_prepare() {
+  local file=${PORTAL_METRICS_TOKEN_FILE:-}
+  [[ -n $file && ! -s $file ]] || return 0
+  (umask 077 && "$VENV/python" -c 'import secrets; print(secrets.token_urlsafe(32))' > "$file")
+}
+
+# The metrics files of processes that are gone: counters that would otherwise add to the new processes' own.
+metrics_files_clear() {
+  local name
+  for name in "${ORDER[@]}"; do
+    if is_running "$name"; then return 0; fi
+  done
+  rm -f "$PROMETHEUS_MULTIPROC_DIR"/*.db
 }
 
 # nginx from Debian (scripts/services.sh installs it when missing); its configuration is
@@ -169,6 +193,8 @@ case "${1:-}" in
     echo "Starting the portal processes: gunicorn x $WEB_WORKERS (threads $WEB_THREADS), uvicorn x $ASGI_WORKERS," \
       "Celery worker x ${CELERY_CONCURRENCY:-2}, beat, nginx on http://$HOST:$PORT/"
     nginx_prepare
+    metrics_token_prepare
+    metrics_files_clear
     for name in "${ORDER[@]}"; do start_one "$name"; done
     wait_for_web
     ;;

@@ -290,6 +290,37 @@ def fresh_channel_layer() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
+def wsgi_portal(
+    django_db_setup: None, django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The portal's WSGI server as scripts/portal.sh runs it (gunicorn with its hooks), with two worker processes, on
+    a free port and the test database; yields its base URL. Tests that use it must be transactional."""
+    from tests.processes import free_port, stop, wait_until_answers
+
+    database = connection.settings_dict
+    environment = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
+    }
+    port = free_port()
+    log = tmp_path_factory.mktemp("gunicorn") / "wsgi.log"
+    command = [str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi:application"]
+    command += ["--config=python:portal.gunicorn_conf", f"--bind=127.0.0.1:{port}", "--workers=2"]
+    with log.open("w") as output:
+        server = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        try:
+            wait_until_answers(f"{base_url}/login/", server, log, what="gunicorn")
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
+        yield base_url
+    finally:
+        stop(server)
+
+
+@pytest.fixture(scope="session")
 def oidc_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoProvider]:
     """The demo's OpenID provider (a real one: the `oidc-provider` package under node), once for the whole run."""
     if not (OIDC_PROVIDER_SCRIPT.parent / "node_modules" / "oidc-provider").is_dir() or shutil.which("node") is None:

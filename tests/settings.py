@@ -1,11 +1,25 @@
 """Test settings: the portal's own, with Celery, Channels and the cache on Redis databases of their own,
 so a demo running on the same machine never receives test tasks or pushes (and vice versa)."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # The tests' servers speak plain HTTP on loopback (as the demo's), and the tests need no key of the checkout's.
 os.environ.setdefault("PORTAL_HTTPS", "false")
 os.environ.setdefault("PORTAL_SECRET_KEY", "tests-only-secret-key-" + "x" * 40)
+
+# Metrics in multiprocess mode, as deployed: the test run and the servers and workers it starts (which inherit
+# the variable and import these settings too) write to one directory of the run's own, which /metrics sums. Set
+# before anything imports prometheus_client, which reads it once; a directory a demo or another run uses (the
+# variable left in a shell) is never shared.
+if os.environ.get("GPUPORTAL_TEST_METRICS_DIR") != os.environ.get("PROMETHEUS_MULTIPROC_DIR") or not os.environ.get(
+    "PROMETHEUS_MULTIPROC_DIR"
+):
+    _metrics_dir = tempfile.mkdtemp(prefix="gpuportal-test-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.environ["GPUPORTAL_TEST_METRICS_DIR"] = _metrics_dir
+    atexit.register(shutil.rmtree, _metrics_dir, ignore_errors=True)
 
 from portal.env import env_str
 from portal.settings import *  # noqa: F403

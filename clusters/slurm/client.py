@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -56,6 +56,25 @@ _EMPTY_RESULT_WARNINGS = frozenset({"found nothing", "Zero jobs to dump"})
 _VERSIONED_PATH = re.compile(r"^/(?P<plugin>slurm|slurmdb)/v(?P<version>\d+\.\d+\.\d+)/")
 
 
+# "/slurm/v0.0.38/job/123" -> "slurm/job": the endpoint without version or ids, a short fixed set for metrics.
+_ENDPOINT = re.compile(r"^/(?P<plugin>slurm|slurmdb)/v[\d.]+/(?P<resource>[a-z_]+)")
+
+
+def endpoint_of(path: str) -> str:
+    match = _ENDPOINT.match(path)
+    if match:
+        return f"{match.group('plugin')}/{match.group('resource')}"
+    return "openapi" if path.startswith("/openapi") else "other"
+
+
+class SlurmCallObserver(Protocol):
+    """Told of every exchange with slurmrestd (the portal's metrics: portal.metrics.SlurmrestdMetrics)."""
+
+    def request_done(self, *, api_version: str, method: str, endpoint: str, seconds: float) -> None: ...
+
+    def request_failed(self, *, api_version: str, kind: str) -> None: ...
+
+
 def _is_retryable_number(number: int) -> bool:
     # 1000-1099: communication with slurmctld, except 1007 (authentication);
     # 1800-1899: slurmctld communication; 5000-5099: socket timeouts; 7000-7099: slurmdbd connection.
@@ -79,6 +98,7 @@ class SlurmClient:
         max_connections: int = 10,
         token_lifespan_seconds: int = 300,
         transport: httpx.BaseTransport | None = None,
+        observer: SlurmCallObserver | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.admin_user = admin_user
@@ -92,6 +112,7 @@ class SlurmClient:
             headers={"Accept": "application/json"},
         )
         self._codec: Codec | None = codec_for(api_version) if api_version else None
+        self.observer = observer
 
     def close(self) -> None:
         self._http.close()
@@ -450,6 +471,38 @@ class SlurmClient:
         payload: Json | None = None,
     ) -> httpx.Response:
         """One HTTP exchange; transport failures become retryable errors, HTTP 401/404 typed ones."""
+        started = time.perf_counter()
+        try:
+            return self._exchange(method, path, user=user, params=params, payload=payload)
+        except SlurmError as exc:
+            self._observe_failure(exc)
+            raise
+        finally:
+            if self.observer is not None:
+                self.observer.request_done(
+                    api_version=self._observed_version,
+                    method=method,
+                    endpoint=endpoint_of(path),
+                    seconds=time.perf_counter() - started,
+                )
+
+    @property
+    def _observed_version(self) -> str:
+        return self._codec.version if self._codec is not None else "none"  # "none": while negotiating it
+
+    def _observe_failure(self, exc: SlurmError) -> None:
+        if self.observer is not None:
+            self.observer.request_failed(api_version=self._observed_version, kind=exc.kind)
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        user: str,
+        params: Mapping[str, str] | None,
+        payload: Json | None,
+    ) -> httpx.Response:
         try:
             response = self._http.request(
                 method,
@@ -507,6 +560,25 @@ class SlurmClient:
         expected_warnings: frozenset[str] = frozenset(),
     ) -> Json:
         """The decoded reply, or a typed error built from Slurm's own `errors[]`."""
+        try:
+            return self._read_body(
+                response,
+                success_if_job_id=success_if_job_id,
+                tolerated_errors=tolerated_errors,
+                expected_warnings=expected_warnings,
+            )
+        except SlurmError as exc:
+            self._observe_failure(exc)
+            raise
+
+    def _read_body(
+        self,
+        response: httpx.Response,
+        *,
+        success_if_job_id: bool,
+        tolerated_errors: frozenset[str],
+        expected_warnings: frozenset[str],
+    ) -> Json:
         try:
             body: Any = response.json() if response.content else {}
         except ValueError:

@@ -180,6 +180,8 @@ MATRIX: dict[str, dict[str, Case]] = {
     },
     "oidc/<str:provider_id>/login/callback/": {"GET": Case(everyone(404, anonymous=404))},
     "healthz": {"GET": Case({})},  # infrastructure state, the same answer for every role (checked below)
+    # For scrapers (an address in PORTAL_METRICS_ALLOW, a token when set), whoever is signed in; no tenant in it.
+    "metrics": {"GET": Case({})},
     "api/schema/": {"GET": Case(everyone(200, anonymous=200))},
     "api/docs/": {"GET": Case(everyone(200, anonymous=200))},
     "api/v1/me/": {"GET": Case(everyone(200))},
