@@ -42,12 +42,8 @@ from clusters.slurm.types import JobState as SlurmState
 from jobs.job_services import cancelled_before_slurm, job_transition, jobs_push, jobs_push_loaded
 from jobs.models import JOB_COMMENT_PREFIX, Job, JobState, JobTransition
 from jobs.paths import JobDirectoryError, job_directory_prepare
-<<<<<<< HEAD
 from jobs.sync_schedule import delivery_wake_hold, delivery_wake_taken
-=======
-from jobs.sync_schedule import delivery_wake_taken
 from portal import metrics
->>>>>>> metrics
 from portal.queue import task_enqueue_on_commit
 from tenants.models import Project
 

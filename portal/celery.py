@@ -13,7 +13,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-<<<<<<< HEAD
+# Every process that sends tasks stamps them, and every worker counts and times what it runs (README, "Metrics").
+celery_signals_connect()
 
 
 @worker_process_init.connect
@@ -42,7 +43,3 @@ def _database_connections_checked(task: Any = None, **kwargs: Any) -> None:
 
     if task is not None and not getattr(task.request, "is_eager", False):
         close_old_connections()
-=======
-# Every process that sends tasks stamps them, and every worker counts and times what it runs (README, "Metrics").
-celery_signals_connect()
->>>>>>> metrics
