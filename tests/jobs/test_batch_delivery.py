@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from clusters.models import Cluster
 from clusters.slurm import SlurmClient
-from jobs import job_sync
+from jobs import job_sync, sync_schedule
 from jobs.job_sync import DeliveryRun, jobs_deliver_queued
 from jobs.models import Job, JobState, JobTransition
 from jobs.paths import job_paths
@@ -247,7 +247,7 @@ def test_a_job_accepted_just_before_a_run_gives_its_wake_back_is_delivered_by_th
 ) -> None:
     first = str(project.submit(name="first")["id"])
     late: list[str] = []
-    give_back = job_sync.delivery_wake_taken
+    give_back = sync_schedule.delivery_wake_taken
 
     def accepted_then_given_back(cluster_id: int) -> None:
         if not late:  # the run found nothing due and is about to give the wake back: a job comes in between
