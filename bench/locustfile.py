@@ -14,6 +14,7 @@ import json
 import os
 import random
 import re
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,11 @@ _CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 # Pages an API list client looks at before it stops following `next`.
 API_PAGES_FOLLOWED = 3
 JOB_SCRIPT = "#!/bin/bash\nsleep 1\n"
+# A 503 with Retry-After (the portal shedding load, portal/overload.py) is waited out and the request sent again,
+# as a polite client does, up to this many times; each such answer is listed under "503, retried: <route>", apart
+# from the route's own figures, and is not an error. A 503 that comes again after that is one.
+RETRIES_AFTER_503 = 2
+RETRIED_PREFIX = "503, retried: "
 # Ids of the jobs the portal accepted (202), written to LOAD_ACCEPTED when locust quits: bench/load.py checks
 # that each of them reached Slurm, and tells them from jobs whose answer never arrived.
 ACCEPTED: list[str] = []
@@ -47,10 +53,34 @@ class Researcher(HttpUser):
         self.submitted = 0
         self.log_in()
 
+    def send(self, method: str, path: str, *, name: str, check: Any = None, **kwargs: Any) -> Any:
+        """One request, sent again after the wait a 503's Retry-After asks for; `check(response)` may mark the
+        final answer a failure (else any status >= 400 is one)."""
+        for attempt in range(RETRIES_AFTER_503 + 1):
+            with self.client.request(method, path, name=name, catch_response=True, **kwargs) as response:
+                retry_after = response.headers.get("Retry-After") if response.status_code == 503 else None
+                retrying = retry_after is not None and attempt < RETRIES_AFTER_503
+                if retrying:
+                    response.request_meta["name"] = RETRIED_PREFIX + name
+                    response.success()
+                elif check is not None:
+                    check(response)
+            if not retrying:
+                return response
+            time.sleep(float(retry_after or 1))  # gevent's sleep under locust: the other users go on
+        return response
+
     def log_in(self) -> None:
-        form = self.client.get("/login/", name="/login/")
+        form = self.send("GET", "/login/", name="/login/")
         found = _CSRF_FIELD.search(form.text)
-        with self.client.post(
+
+        def signed_in(response: Any) -> None:
+            # A refused login answers 200 with the form again; a good one redirects to the dashboard.
+            if response.url is None or response.url.rstrip("/").endswith("/login"):
+                response.failure(f"{self.me['username']} could not sign in (HTTP {response.status_code})")
+
+        self.send(
+            "POST",
             "/login/",
             name="/login/ (sign in)",
             data={
@@ -59,47 +89,44 @@ class Researcher(HttpUser):
                 "csrfmiddlewaretoken": found.group(1) if found else "",
             },
             headers={"Referer": f"{self.host}/login/"},
-            catch_response=True,
-        ) as response:
-            # A refused login answers 200 with the form again; a good one redirects to the dashboard.
-            if response.url is None or response.url.rstrip("/").endswith("/login"):
-                response.failure(f"{self.me['username']} could not sign in (HTTP {response.status_code})")
+            check=signed_in,
+        )
 
     def api(self, method: str, path: str, *, name: str, **kwargs: Any) -> Any:
         headers = {"Authorization": f"Bearer {self.me['token']}", **kwargs.pop("headers", {})}
-        return self.client.request(method, path, name=name, headers=headers, **kwargs)
+        return self.send(method, path, name=name, headers=headers, **kwargs)
 
     # Pages ---------------------------------------------------------------------------------------------
 
     @task(3)
     def dashboard(self) -> None:
-        self.client.get("/", name="/")
+        self.send("GET", "/", name="/")
 
     @task(3)
     def job_list_page(self) -> None:
         page = random.choice((1, 1, 1, 2, 3))
-        self.client.get(f"/jobs/?page={page}", name="/jobs/?page=[n]")
+        self.send("GET", f"/jobs/?page={page}", name="/jobs/?page=[n]")
 
     @task(3)
     def job_page(self) -> None:
-        self.client.get(f"/jobs/{random.choice(self.job_ids)}/", name="/jobs/[id]/")
+        self.send("GET", f"/jobs/{random.choice(self.job_ids)}/", name="/jobs/[id]/")
 
     @task(1)
     def project_list_page(self) -> None:
-        self.client.get("/projects/", name="/projects/")
+        self.send("GET", "/projects/", name="/projects/")
 
     @task(2)
     def project_page(self) -> None:
-        self.client.get(f"/projects/{self.me['project']}/", name="/projects/[tenant]/[project]/")
+        self.send("GET", f"/projects/{self.me['project']}/", name="/projects/[tenant]/[project]/")
 
     @task(1)
     def cluster_list_page(self) -> None:
-        self.client.get("/clusters/", name="/clusters/")
+        self.send("GET", "/clusters/", name="/clusters/")
 
     @task(1)
     def billing_page(self) -> None:
         if self.me["is_manager"]:  # billing shows spend to managers and tenant admins only
-            self.client.get("/billing/", name="/billing/")
+            self.send("GET", "/billing/", name="/billing/")
 
     # REST API ------------------------------------------------------------------------------------------
 
@@ -131,17 +158,21 @@ class Researcher(HttpUser):
             "name": f"{WORLD['job_name_prefix']}{self.me['username']}-{self.submitted}",
             "script": JOB_SCRIPT,
         }
-        with self.api(
-            "POST",
-            "/api/v1/jobs/",
-            name="/api/v1/jobs/",
-            json=body,
-            headers={"Idempotency-Key": str(uuid.uuid4())},
-            catch_response=True,
-        ) as response:
+
+        def accepted(response: Any) -> None:
             if response.status_code != 202:
                 response.failure(f"submit answered {response.status_code}: {response.text[:300]}")
                 return
             job_id = response.json()["id"]
             ACCEPTED.append(job_id)
             self.job_ids.append(job_id)
+
+        # The same Idempotency-Key on a retry after a 503: the job is created once however often it is sent.
+        self.api(
+            "POST",
+            "/api/v1/jobs/",
+            name="/api/v1/jobs/",
+            json=body,
+            headers={"Idempotency-Key": str(uuid.uuid4())},
+            check=accepted,
+        )

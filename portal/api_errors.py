@@ -9,6 +9,7 @@ Host) or crashes under `/api/` all come out in this shape.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -16,8 +17,10 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, TooManyFieldsSent
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
+from psycopg_pool import PoolTimeout
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
@@ -190,7 +193,32 @@ def handler400(request: HttpRequest, exception: Exception) -> HttpResponse:
     return bad_request(request, exception)
 
 
+# PostgreSQL could not serve the request (every connection in use, "too many clients", a restart, an empty pool,
+# a deadlock or a statement timeout): the request was sound and will likely succeed a little later.
+DATABASE_UNAVAILABLE = (
+    "The portal's database cannot take this request right now; send it again after {seconds} seconds."
+)
+
+
+def service_unavailable(request: HttpRequest, *, code: str, message: str) -> HttpResponse:
+    """503 with Retry-After (PORTAL_RETRY_AFTER_SECONDS; `message` may name it as {seconds}): the error shape
+    under /api/, a short text page elsewhere."""
+    seconds = settings.PORTAL_RETRY_AFTER_SECONDS
+    text = message.format(seconds=seconds)
+    response: HttpResponse
+    if _wants_json(request):
+        response = JsonResponse(error_body(code=code, message=text), status=status.HTTP_503_SERVICE_UNAVAILABLE)
+    else:
+        response = HttpResponse(text, status=status.HTTP_503_SERVICE_UNAVAILABLE, content_type="text/plain")
+    response["Retry-After"] = str(seconds)
+    return response
+
+
 def handler500(request: HttpRequest) -> HttpResponse:
+    """Every exception no view handled. Django calls this while handling it, so the exception is at hand: one
+    that says the database could not serve the request is a 503 to retry, not the portal's failure."""
+    if isinstance(sys.exception(), OperationalError | PoolTimeout):
+        return service_unavailable(request, code="database_unavailable", message=DATABASE_UNAVAILABLE)
     if _wants_json(request):
         body = error_body(
             code="server_error",

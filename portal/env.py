@@ -112,7 +112,8 @@ def database_from_url(url: str) -> dict[str, object]:
         "CONN_HEALTH_CHECKS": not pool_size,
         # DATABASE_POOL_SIZE > 0: a process-wide pool of at most that many connections (psycopg_pool), which a
         # closed connection returns to. For the ASGI server, whose handshakes would otherwise each open one.
-        "OPTIONS": {"pool": {"min_size": 1, "max_size": pool_size, "timeout": 30}} if pool_size else {},
+        # A request that waits longer for a pooled connection gets 503 with Retry-After (portal/api_errors.py).
+        "OPTIONS": {"pool": {"min_size": 1, "max_size": pool_size, "timeout": 10}} if pool_size else {},
     }
 
 

@@ -92,10 +92,17 @@ INSTALLED_APPS = [
     "allauth.mfa",
 ]
 
+# Overload (portal/overload.py): a request that waited in line (behind the proxy, which stamps X-Request-Start)
+# longer than this is answered 503 before any work (0: never); 503s say to come back after PORTAL_RETRY_AFTER_SECONDS.
+PORTAL_REQUEST_QUEUE_TIMEOUT_SECONDS = float(env_str("PORTAL_REQUEST_QUEUE_TIMEOUT_SECONDS", "5"))
+PORTAL_RETRY_AFTER_SECONDS = env_int("PORTAL_RETRY_AFTER_SECONDS", 5)
+
 MIDDLEWARE = [
     # Outermost, so that it times and counts every answer, the other middleware's refusals included.
     *(["portal.metrics.http_metrics_middleware"] if PORTAL_METRICS else []),
     "django.middleware.security.SecurityMiddleware",
+    # Before anything reads the database: a request that waited too long in line is answered 503 at once.
+    "portal.overload.overload_shed",
     "portal.request_guard.nul_characters_refused",
     # Outside CommonMiddleware: APPEND_SLASH redirects first, then an unknown /api/ path gets the JSON shape.
     "portal.api_errors.api_not_found_as_json",
