@@ -45,7 +45,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from clusters.models import Cluster
-from jobs.models import Job, JobState
+from jobs.models import Job, JobState, JobTransition
 
 DB = netns.Host("db", lan=f"{netns.LAN_PREFIX}.2")
 PROXY = netns.Host("proxy", lan=f"{netns.LAN_PREFIX}.3")
@@ -117,12 +117,17 @@ class HostsPortal(stack.Portal):
         self.network.create()
         database = urlsplit(stack.DATABASE_URL)
         redis = urlsplit(stack.BENCH_ENVIRONMENT["REDIS_URL"])
-        self.network.forward(f"{DB.namespace}/{DB.lan}:{database.port}", f"-/127.0.0.1:{database.port}")
-        self.network.forward(f"{DB.namespace}/{DB.lan}:{redis.port}", f"-/127.0.0.1:{redis.port}")
-        self.network.forward(
-            f"{SLURM.namespace}/{SLURM.clusters}:{self.slurmrestd_port}", f"-/127.0.0.1:{self.slurmrestd_port}"
-        )
-        self.network.forward(f"-/127.0.0.1:{self.port}", f"{PROXY.namespace}/{PROXY.lan}:{self.port}")
+        forwards = {
+            "postgresql": (f"{DB.namespace}/{DB.lan}:{database.port}", f"-/127.0.0.1:{database.port}"),
+            "redis": (f"{DB.namespace}/{DB.lan}:{redis.port}", f"-/127.0.0.1:{redis.port}"),
+            "slurmrestd": (
+                f"{SLURM.namespace}/{SLURM.clusters}:{self.slurmrestd_port}",
+                f"-/127.0.0.1:{self.slurmrestd_port}",
+            ),
+            "entry": (f"-/127.0.0.1:{self.port}", f"{PROXY.namespace}/{PROXY.lan}:{self.port}"),
+        }
+        for name, (listen, target) in forwards.items():
+            self.network.forward(listen, target, log=self.log_dir / f"forward-{name}.log")
         # The cluster as a site registers it: at slurmrestd's address on the clusters' network.
         Cluster.objects.filter(name=stack.CLUSTER).update(slurmrestd_url=self.slurmrestd_url)
         bin_dir = Path(sys.executable).parent
@@ -449,38 +454,53 @@ def leased(drill: harness.Drill) -> set[uuid.UUID]:
 
 
 def cut_worker_mid_delivery(drill: harness.Drill, portal: HostsPortal) -> None:
-    """Cut worker1 off while it holds a delivery. worker2 is paused (SIGSTOP) for the moment this takes, so the
-    next delivery to start is worker1's; its lease then runs out while it is away, and worker2 takes the jobs
-    over (looking for them in Slurm first) while worker1 may still believe it is submitting them."""
-    os.killpg(portal.pid("worker2"), signal.SIGSTOP)
+    """Cut worker1 off while it holds a delivery. A delivery takes milliseconds, so it is caught in the middle:
+    worker2 is paused (SIGSTOP) so that the next delivery to start is worker1's, worker1 is paused as soon as it
+    has leased its jobs, then its cable is pulled and both go on. worker1 then tries to reach slurmrestd and
+    PostgreSQL over a dead link; its lease runs out while it is away, and worker2 takes the jobs over (looking
+    for them in Slurm first) while worker1 may still believe it is submitting them."""
+    worker1, worker2 = portal.pid("worker1"), portal.pid("worker2")
+    os.killpg(worker2, signal.SIGSTOP)
     try:
         worker2_holds = leased(drill)
-        harness.wait_for(lambda: bool(leased(drill) - worker2_holds), timeout_seconds=30, poll_seconds=0.005)
+        for _ in range(20):
+            harness.wait_for(lambda: bool(leased(drill) - worker2_holds), timeout_seconds=30, poll_seconds=0.002)
+            os.killpg(worker1, signal.SIGSTOP)
+            worker1_holds = leased(drill) - worker2_holds
+            if worker1_holds:
+                break
+            os.killpg(worker1, signal.SIGCONT)  # it had finished already: catch the next one
         portal.network.cut("worker1")
-        worker1_holds = leased(drill) - worker2_holds
     finally:
-        os.killpg(portal.pid("worker2"), signal.SIGCONT)
+        os.killpg(worker1, signal.SIGCONT)
+        os.killpg(worker2, signal.SIGCONT)
     drill.say(
-        f"worker1 cut off (its switch ports down) while delivering {len(worker1_holds)} jobs "
-        f"(worker2 paused for that moment, {len(worker2_holds)} of its own in flight)"
+        f"worker1 cut off (its switch ports down) while it held the delivery of {len(worker1_holds)} jobs "
+        f"(worker2 and then worker1 paused for that moment; worker2 held {len(worker2_holds)})"
     )
 
 
 def web_requests_in_flight(portal: HostsPortal, host: netns.Host) -> int:
-    """Requests gunicorn on `host` is answering now: the proxy's connections to it still established (nginx
-    opens one per request to gunicorn, which closes it after the answer). Read from the kernel's table of the
-    host's namespace, as any process there sees it."""
+    """Requests to gunicorn on `host` in flight: the proxy's connections to it that are established (nginx opens
+    one per request to gunicorn, which closes it after the answer), from the kernel's table of the host's
+    namespace as any process there sees it."""
     table = Path(f"/proc/{portal.pid(f'{host.name}-wsgi')}/net/tcp").read_text().splitlines()[1:]
     local_port = f":{WSGI_PORT:04X}"
     return sum(1 for line in table if line.split()[1].endswith(local_port) and line.split()[3] == "01")
 
 
 def cut_web_mid_request(drill: harness.Drill, portal: HostsPortal) -> None:
-    """Cut web1 off while it answers a request, so that one request of the burst is caught in flight."""
-    harness.wait_for(lambda: web_requests_in_flight(portal, WEB[0]) > 0, timeout_seconds=30, poll_seconds=0.002)
-    in_flight = web_requests_in_flight(portal, WEB[0])
-    portal.network.cut("web1")
-    drill.say(f"web1 cut off (its switch port down) while answering {in_flight} requests")
+    """Cut web1 off while a request of the burst is in flight on it: gunicorn on web1 is paused until the proxy
+    has sent it one (so it cannot answer first), then its cable is pulled and it goes on, over a dead link."""
+    web1 = portal.pid("web1-wsgi")
+    os.killpg(web1, signal.SIGSTOP)
+    try:
+        harness.wait_for(lambda: web_requests_in_flight(portal, WEB[0]) > 0, timeout_seconds=30, poll_seconds=0.01)
+        in_flight = web_requests_in_flight(portal, WEB[0])
+        portal.network.cut("web1")
+    finally:
+        os.killpg(web1, signal.SIGCONT)
+    drill.say(f"web1 cut off (its switch port down) with {in_flight} requests in flight on it (paused for that moment)")
 
 
 def run(drill: harness.Drill) -> bool:
@@ -546,7 +566,8 @@ def run(drill: harness.Drill) -> bool:
     submissions = [*log_burst.submissions, *burst.submissions]
     ledger_ok = ledger_check(drill, submissions)
     retried = Job.objects.filter(project=drill.world.project, submit_attempts__gt=1).count()
-    drill.say(f"{retried} jobs needed more than one delivery attempt")
+    found = JobTransition.objects.filter(job__project=drill.world.project, detail__startswith="found in Slurm").count()
+    drill.say(f"{retried} jobs needed more than one delivery attempt; {found} were found in Slurm by their tag")
     return isolated and viewers_ok and hosts_ok and ledger_ok
 
 

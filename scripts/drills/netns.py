@@ -130,15 +130,17 @@ class Network:
         for port in self.hosts[name].ports:
             _ip("-n", SWITCH, "link", "set", port, "up")
 
-    def forward(self, listen: str, target: str) -> None:
-        """Start a forwarder (`netns_forward.py LISTEN TARGET`) and wait until it listens."""
-        process = subprocess.Popen(  # noqa: S603 -- our own script
-            [sys.executable, str(FORWARDER), listen, target],
-            stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
+    def forward(self, listen: str, target: str, *, log: Path) -> None:
+        """Start a forwarder (`netns_forward.py LISTEN TARGET`, its errors in `log`) and wait until it listens."""
+        with log.open("ab") as errors:
+            process = subprocess.Popen(  # noqa: S603 -- our own script
+                [sys.executable, str(FORWARDER), listen, target],
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,
+            )
         self._forwarders.append(process)
         with PID_FILE.open("a") as pids:
             pids.write(f"{process.pid}\n")

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import ctypes
 import os
-import signal
 import socket
 import sys
 from collections.abc import Iterator
@@ -96,12 +95,19 @@ async def main(listen: str, target: str) -> None:
     listener.bind((host, port))
     listener.listen(1024)
     listener.setblocking(False)
-    server = await asyncio.start_server(lambda r, w: forward(endpoint(target), r, w), sock=listener)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    connections: set[asyncio.Task[None]] = set()
+
+    def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Held here until done: asyncio keeps only weak references to tasks, and a connection that stalls (its
+        # host cut off) must wait as long as the kernel keeps it, not be collected.
+        task = asyncio.create_task(forward(endpoint(target), reader, writer))
+        connections.add(task)
+        task.add_done_callback(connections.discard)
+
+    await asyncio.start_server(accepted, sock=listener)
     print("ready", flush=True)
-    async with server:
-        await stop.wait()
+    # SIGTERM's default action ends the process; the kernel closes every connection it held.
+    await asyncio.Event().wait()
 
 
 if __name__ == "__main__":
