@@ -352,14 +352,28 @@ def deployed_topology(*, web_workers: int | None = None, web_threads: int | None
 NGINX_TEMPLATE = ROOT / "deploy" / "nginx.conf.template"
 
 
+def nginx_servers(addresses: list[str]) -> str:
+    """An upstream's `server` lines: one server is never set aside (there is no other to send to), several get
+    nginx's defaults (set aside for 10 s after a failed connection), as the template describes."""
+    if len(addresses) == 1:
+        return f"server {addresses[0]} fail_timeout=0;"
+    return " ".join(f"server {address};" for address in addresses)
+
+
 def nginx_config_render(
-    *, listen: str, wsgi_upstream: str, asgi_upstream: str, state_dir: Path, access_log: str
+    *,
+    listen: str,
+    wsgi_upstream: str | list[str],
+    asgi_upstream: str | list[str],
+    state_dir: Path,
+    access_log: str,
 ) -> str:
-    """deploy/nginx.conf.template with its placeholders filled in (scripts/portal.sh does the same with sed)."""
+    """deploy/nginx.conf.template with its placeholders filled in (scripts/portal.sh does the same with sed). An
+    upstream is a socket or address, or a list of them (one per web host)."""
     values = {
         "LISTEN": listen,
-        "WSGI_UPSTREAM": wsgi_upstream,
-        "ASGI_UPSTREAM": asgi_upstream,
+        "WSGI_SERVERS": nginx_servers([wsgi_upstream] if isinstance(wsgi_upstream, str) else wsgi_upstream),
+        "ASGI_SERVERS": nginx_servers([asgi_upstream] if isinstance(asgi_upstream, str) else asgi_upstream),
         "STATIC_ROOT": str(settings.STATIC_ROOT),
         "STATE_DIR": str(state_dir),
         "ACCESS_LOG": access_log,

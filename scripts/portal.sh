@@ -111,8 +111,8 @@ nginx_prepare() {
   local user
   user=$(id -un)
   sed -e "s|@@LISTEN@@|$HOST:$PORT|" \
-    -e "s|@@WSGI_UPSTREAM@@|unix:$WSGI_SOCKET|" \
-    -e "s|@@ASGI_UPSTREAM@@|unix:$ASGI_SOCKET|" \
+    -e "s|@@WSGI_SERVERS@@|server unix:$WSGI_SOCKET fail_timeout=0;|" \
+    -e "s|@@ASGI_SERVERS@@|server unix:$ASGI_SOCKET fail_timeout=0;|" \
     -e "s|@@STATIC_ROOT@@|$ROOT/var/static|" \
     -e "s|@@STATE_DIR@@|$RUN_DIR/nginx|g" \
     -e "s|@@ACCESS_LOG@@|$LOG_DIR/nginx-access.log|" \

@@ -269,7 +269,7 @@ status_one() {
     printf '%-11s 127.0.0.1:%-5s %-4s (%s)\n' "$svc" "$port" "$state" "$origin"
 }
 
-usage() { echo "usage: $0 {up|down|status} [${ALL_SERVICES[*]}] | $0 nginx" >&2; exit 2; }
+usage() { echo "usage: $0 {up|down|status} [${ALL_SERVICES[*]}] | $0 nginx | $0 iproute2" >&2; exit 2; }
 
 # Debian 12's small build (proxy, static files, WebSocket upgrades: all the portal needs); later releases
 # dropped it for plain nginx. A daemon the package's postinst may start serves its default site on port 80 only.
@@ -286,6 +286,13 @@ main() {
     if [[ $cmd == nginx ]]; then
         [[ $(id -u) -eq 0 ]] || die "must run as root to install nginx (or install Debian's nginx-light yourself)"
         ensure_nginx
+        return 0
+    fi
+    # `ip netns` and veth pairs for the multi-host drill (scripts/drills/netns.py); a minimal Debian may lack it.
+    if [[ $cmd == iproute2 ]]; then
+        command -v ip >/dev/null 2>&1 && return 0
+        [[ $(id -u) -eq 0 ]] || die "must run as root to install iproute2"
+        ensure_package iproute2
         return 0
     fi
     local services=("$@")

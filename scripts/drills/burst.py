@@ -37,6 +37,8 @@ class Submission:
     refusal: str = ""  # a 4xx's message: why the portal refused the job
     attempts: int = 0
     problems: list[str] = field(default_factory=list)  # connection errors and 5xx met on the way
+    sent_at: float | None = None  # time.monotonic() of the first attempt
+    answered_at: float | None = None  # time.monotonic() of the final answer (accepted or refused)
 
     @property
     def accepted(self) -> bool:
@@ -63,7 +65,8 @@ def job_body(drill: Drill, number: int, **overrides: Any) -> dict[str, Any]:
 
 def submit(http: httpx.Client, body: dict[str, Any], submission: Submission) -> Submission:
     """POST one job until the portal accepts or refuses it, or RETRY_FOR_SECONDS pass; fills `submission`."""
-    deadline = time.monotonic() + RETRY_FOR_SECONDS
+    submission.sent_at = time.monotonic()
+    deadline = submission.sent_at + RETRY_FOR_SECONDS
     while True:
         submission.attempts += 1
         try:
@@ -74,9 +77,11 @@ def submit(http: httpx.Client, body: dict[str, Any], submission: Submission) -> 
             submission.status = response.status_code
             if response.status_code in (200, 202):
                 submission.job_id = response.json()["id"]
+                submission.answered_at = time.monotonic()
                 return submission
             if 400 <= response.status_code < 500:
                 submission.refusal = _error_message(response)
+                submission.answered_at = time.monotonic()
                 return submission
             submission.problems.append(f"HTTP {response.status_code}: {_error_message(response)}")
         if time.monotonic() > deadline:

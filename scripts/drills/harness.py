@@ -141,18 +141,28 @@ def wait_for_delivery_in_flight(drill: Drill, *, timeout_seconds: float = 5) -> 
 
 
 @contextlib.contextmanager
-def drill_stack(name: str, *, timeline: Timeline, worker_concurrency: int = 2) -> Iterator[Drill]:
-    """A fresh database and world, a portal with a worker and beat on port 8101; afterwards everything the
-    drill left is cleaned up and the cluster restored, whatever happened."""
+def drill_stack(
+    name: str,
+    *,
+    timeline: Timeline,
+    worker_concurrency: int = 2,
+    portal_factory: Callable[[], stack.Portal] | None = None,
+) -> Iterator[Drill]:
+    """A fresh database and world, a portal with a worker and beat on port 8101 (or the one `portal_factory`
+    makes: the multi-host drill's); afterwards everything the drill left is cleaned up and the cluster restored,
+    whatever happened."""
     stack.database_recreate()
     stack.redis_flush()
     world = stack.world_create(project_slug=f"drill-{name}-{uuid.uuid4().hex[:6]}")
     timeline.say(f"world ready: project {world.project_label}, Slurm account {world.project.slurm_account}")
     slurm = stack.bare_client()
-    portal = stack.Portal(port=DRILL_PORT, worker_concurrency=worker_concurrency, with_beat=True)
+    if portal_factory is None:
+        portal = stack.Portal(port=DRILL_PORT, worker_concurrency=worker_concurrency, with_beat=True)
+    else:
+        portal = portal_factory()
     try:
         portal.start()
-        timeline.say(f"portal up on {portal.base_url}: uvicorn, Celery worker, beat; logs in {portal.log_dir}")
+        timeline.say(f"portal up on {portal.base_url}: {', '.join(portal.process_names)}; logs in {portal.log_dir}")
         yield Drill(name=name, timeline=timeline, world=world, portal=portal, slurm=slurm, started_at=timezone.now())
     finally:
         _cleanup(world=world, portal=portal, slurm=slurm, timeline=timeline)
@@ -183,14 +193,19 @@ def main(
     *,
     worker_concurrency: int = 2,
     after: Callable[[], None] | None = None,
+    portal_factory: Callable[[], stack.Portal] | None = None,
 ) -> None:
     """Run one drill, then `after` (the drill's own cleanup), and exit 0 when it passed, 1 when it failed or
-    crashed. The exit is immediate: client threads still retrying against a stopped portal must not hold it up."""
+    crashed. The exit is immediate: client threads still retrying against a stopped portal must not hold it up.
+    `portal_factory` makes a portal other than the single-host one (it must stop everything it started in
+    `stop()`, which the cleanup calls whatever happened)."""
     print(f"=== drill {name}: {fault}", flush=True)
     timeline = Timeline()
     passed = False
     try:
-        with drill_stack(name, timeline=timeline, worker_concurrency=worker_concurrency) as drill:
+        with drill_stack(
+            name, timeline=timeline, worker_concurrency=worker_concurrency, portal_factory=portal_factory
+        ) as drill:
             passed = run(drill)
     except Exception:  # a crashed drill is a failed drill; its traceback says why
         traceback.print_exc()
