@@ -67,7 +67,7 @@ def _fields(job: Job) -> dict[str, Any]:
     return {name: getattr(job, name) for name in REBUILT_FIELDS}
 
 
-def _ledger(job_id: object) -> list[tuple[str, int, str]]:
+def _ledger(job_id: uuid.UUID) -> list[tuple[str, int, str]]:
     entries = LedgerEntry.objects.filter(job_id=job_id).order_by("id")
     return [(entry.kind, entry.gpu_seconds, entry.note) for entry in entries]
 
