@@ -614,7 +614,7 @@ class SyncResult:
     duplicates_cancelled: int = 0
     looked_up_in_accounting: int = 0
     requeued_ids: list[uuid.UUID] = field(default_factory=list)
-    # Tagged jobs in a project's account that no portal job matches: lost by a restore, for jobs.restores.
+    # Tagged jobs in a project's account that no portal job matches: lost by a restore, for jobs.job_recovery.
     lost: list[SlurmJob] = field(default_factory=list)
 
 
