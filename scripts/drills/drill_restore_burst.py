@@ -47,4 +47,4 @@ def run(drill: harness.Drill) -> bool:
 
 
 if __name__ == "__main__":
-    harness.main("restore_burst", "the database restored from a backup in the middle of a burst", run)
+    harness.main("restore-burst", "the database restored from a backup in the middle of a burst", run)
