@@ -23,8 +23,10 @@ accepted afterwards ran in Slurm all the same, tagged with their portal id in th
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+import uuid
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -139,3 +141,25 @@ def _restore_open(*, backup_after: datetime, now: datetime, declared_by: str) ->
     for cluster in clusters:
         task_enqueue_on_commit("jobs.tasks.cluster_recover", cluster.pk, fallback="beat's next restore check does it")
     return restore
+
+
+def job_lost_before_delivery(*, job_id: uuid.UUID, now: datetime | None = None) -> bool:
+    """A delivery message named a job the database does not have. Soon after a restore, that is a job accepted
+    after the backup that never reached Slurm (Slurm's jobs are rebuilt): recorded on the restore, for
+    `manage.py restore_check` to list. Whether it was recorded."""
+    now = now or timezone.now()
+    window = timedelta(hours=settings.JOB_SUBMIT_GIVE_UP_HOURS)
+    with transaction.atomic():
+        restore = (
+            DatabaseRestore.objects.select_for_update(of=("self",))
+            .filter(detected_at__gte=now - window)
+            .order_by("-detected_at")
+            .first()
+        )
+        if restore is None:
+            return False
+        if str(job_id) not in restore.undelivered_jobs:
+            restore.undelivered_jobs = [*restore.undelivered_jobs, str(job_id)]
+            restore.save(update_fields=["undelivered_jobs"])
+    logger.warning("job %s: accepted, but neither the restored database nor Slurm has it: it never ran", job_id)
+    return True

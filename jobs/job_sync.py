@@ -38,7 +38,7 @@ from clusters.services import cluster_unreachable_record
 from clusters.slurm import SlurmClient, SlurmError, SlurmNotFound, SlurmRetryableError, SlurmTerminalError, SlurmTimeout
 from clusters.slurm.types import AccountingRecord, JobSubmission, SlurmJob
 from clusters.slurm.types import JobState as SlurmState
-from jobs.database_restores import database_restore_check
+from jobs.database_restores import database_restore_check, job_lost_before_delivery
 from jobs.job_services import cancelled_before_slurm, job_transition, jobs_push, jobs_push_loaded
 from jobs.models import Job, JobState, JobTransition, job_id_from_tag
 from jobs.paths import JobDirectoryError, job_directory_prepare
@@ -155,6 +155,7 @@ def jobs_deliver_queued(*, job_id: uuid.UUID) -> DeliveryRun:
     database_restore_check()  # a restored database's queued jobs may be in Slurm already: looked for first
     glance = Job.objects.only(*_GLANCE_FIELDS).filter(pk=job_id).first()
     if glance is None:
+        job_lost_before_delivery(job_id=job_id)  # a job the restored database lost before Slurm had it, if any
         run.deliveries[job_id] = Delivery("nothing to do")
         return run
     delivery_wake_taken(glance.cluster_id)  # before claiming: a job accepted from now on sends a message again

@@ -230,6 +230,10 @@ class DatabaseRestore(models.Model):
     declared_by = models.CharField(max_length=200, blank=True, help_text="Empty: noticed by the portal itself")
     reviewed_at = models.DateTimeField(null=True, blank=True, help_text="When an operator reviewed what it lost")
     reviewed_by = models.CharField(max_length=200, blank=True)
+    # Jobs accepted after the backup that had not reached Slurm when the portal stopped: a delivery message named
+    # them after the restore, and neither the restored database nor Slurm has them. They never ran; their
+    # submitters must send them again.
+    undelivered_jobs = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-detected_at", "-id"]

@@ -37,6 +37,7 @@ class Migration(migrations.Migration):
                     models.DateTimeField(blank=True, help_text="When an operator reviewed what it lost", null=True),
                 ),
                 ("reviewed_by", models.CharField(blank=True, max_length=200)),
+                ("undelivered_jobs", models.JSONField(blank=True, default=list)),
             ],
             options={
                 "ordering": ["-detected_at", "-id"],

@@ -96,6 +96,9 @@ class Completeness:
 
 
 def completeness(drill: Drill, job_ids: Collection[str]) -> Completeness:
+    """How far the ledger is from complete; accepted jobs the portal recorded as lost before delivery (see
+    `DatabaseRestore.undelivered_jobs`) are not waited for."""
+    never_delivered = {job_id for restore in DatabaseRestore.objects.all() for job_id in restore.undelivered_jobs}
     jobs = Job.objects.filter(project=drill.world.project).annotate(
         charged=Exists(LedgerEntry.objects.filter(job=OuterRef("pk"), kind=LedgerKind.CHARGE)),
         priced=Exists(UsageRecord.objects.filter(job=OuterRef("pk"))),
@@ -104,7 +107,7 @@ def completeness(drill: Drill, job_ids: Collection[str]) -> Completeness:
     present = {str(row[0]) for row in rows}
     ran = [row for row in rows if row[2] is not None and row[3] > 0]
     return Completeness(
-        missing=len(set(job_ids) - present),
+        missing=len(set(job_ids) - present - never_delivered),
         not_final=sum(1 for row in rows if row[1] not in FINAL_JOB_STATES),
         uncharged=sum(1 for row in ran if not row[4]),
         unpriced=sum(1 for row in ran if row[4] and not row[5]),
@@ -135,6 +138,11 @@ def recovery_summary(drill: Drill) -> None:
             f"restore noticed by the portal at {restore.detected_at:%H:%M:%S} "
             f"(backup after {restore.backup_after:%H:%M:%S})"
         )
+        if restore.undelivered_jobs:
+            drill.say(
+                f"  {len(restore.undelivered_jobs)} accepted jobs had not reached Slurm when the portal stopped: "
+                "recorded as lost before delivery (a delivery message outlived the restore)"
+            )
         for recovery in ClusterRecovery.objects.filter(restore=restore).select_related("cluster"):
             drill.say(
                 f"  cluster {recovery.cluster.name}: {recovery.recovered_jobs} jobs rebuilt by its searches "

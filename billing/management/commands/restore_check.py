@@ -81,6 +81,17 @@ class Command(BaseCommand):
                 f"Restore {restore.pk}: {how} {_at(restore.detected_at)}; backup taken after "
                 f"{_at(restore.backup_after)}; {reviewed}"
             )
+            existing = {
+                str(job_id)
+                for job_id in Job.objects.filter(pk__in=restore.undelivered_jobs).values_list("pk", flat=True)
+            }
+            for job_id in restore.undelivered_jobs:
+                if job_id not in existing:
+                    self.stdout.write(
+                        f"  NOT REBUILT: job {job_id} was accepted after the backup and had not reached Slurm when the "
+                        "portal stopped (only its delivery message outlived the restore): it never ran and was not "
+                        "charged; its submitter must send it again"
+                    )
             for recovery in ClusterRecovery.objects.filter(restore=restore).select_related("cluster"):
                 state = f"finished {_at(recovery.finished_at)}" if recovery.finished_at else "still searching"
                 error = f"; last error: {recovery.error}" if recovery.error else ""
