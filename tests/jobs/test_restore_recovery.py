@@ -4,12 +4,14 @@ already ran is adopted, never submitted again; a lost job still running is rebui
 
 from __future__ import annotations
 
+import io
 import time
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
@@ -20,7 +22,7 @@ from clusters.slurm.types import AccountingRecord, SlurmJob
 from jobs import tasks
 from jobs.database_restores import database_restore_check
 from jobs.job_recovery import SETTLE_AFTER, cluster_recovery_search, jobs_rebuild
-from jobs.job_sync import job_deliver
+from jobs.job_sync import Delivery, job_deliver, jobs_deliver_queued
 from jobs.models import (
     RECOVERED_DETAIL,
     ClusterRecovery,
@@ -276,3 +278,22 @@ def test_the_job_sync_rebuilds_a_lost_job_still_running_and_a_repeat_does_nothin
 def _listed(client: SlurmClient, job: Job) -> list[SlurmJob | AccountingRecord]:
     listing = client.list_jobs()
     return [each for each in (listing.jobs if listing else ()) if each.comment == job.slurm_comment]
+
+
+def test_a_delivery_message_for_a_job_the_restore_lost_before_slurm_had_it_is_recorded_and_listed(
+    sent_tasks: list[SentTask],
+) -> None:
+    stale_message_for = uuid.uuid4()
+    assert jobs_deliver_queued(job_id=stale_message_for).deliveries == {stale_message_for: Delivery("nothing to do")}
+    assert not DatabaseRestore.objects.exists()  # no restore: a message for a deleted job is only that
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {DatabaseIdentity._meta.db_table} SET written_xid = 0")
+    jobs_deliver_queued(job_id=stale_message_for)
+    jobs_deliver_queued(job_id=stale_message_for)  # redelivered: recorded once
+
+    restore = DatabaseRestore.objects.get()
+    assert restore.undelivered_jobs == [str(stale_message_for)]
+    out = io.StringIO()
+    call_command("restore_check", stdout=out)
+    assert f"NOT REBUILT: job {stale_message_for} was accepted after the backup" in out.getvalue()
