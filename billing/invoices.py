@@ -7,6 +7,7 @@ and total are never written again, and usage that arrives for its month later go
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Collection
 from datetime import date, datetime, timedelta
@@ -14,16 +15,19 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from billing.models import Invoice, InvoiceLine, InvoiceState, UsageShare, first_of_month
 from billing.money import amount_billed, amount_due
 from billing.selectors import usage_per_line
 from billing.usage import billing_lock
+from jobs.models import DatabaseRestore
 from portal.errors import Conflict
 from quotas.models import period_start
 from tenants.services import Actor, audit_record
+
+logger = logging.getLogger(__name__)
 
 
 def next_month(month: date) -> date:
@@ -100,7 +104,7 @@ def invoices_build(*, month: date, tenant_ids: Collection[int] | None = None, no
     return len(drafts)
 
 
-def _invoice_number(invoice: Invoice) -> str:
+def invoice_number_for(invoice: Invoice) -> str:
     return f"INV-{invoice.month:%Y%m}-{invoice.pk:06d}"
 
 
@@ -128,7 +132,7 @@ def invoice_finalise(*, actor: Actor, invoice: Invoice, now: datetime | None = N
         invoices_build(month=locked.month, tenant_ids=[locked.tenant_id], now=now)
         locked.refresh_from_db()
         locked.state = InvoiceState.FINAL
-        locked.number = _invoice_number(locked)
+        locked.number = invoice_number_for(locked)
         locked.finalised_at = now
         locked.finalised_by = actor if actor is not None and actor.is_authenticated else None
         locked.save(update_fields=["state", "number", "finalised_at", "finalised_by"])
@@ -143,14 +147,42 @@ def invoice_finalise(*, actor: Actor, invoice: Invoice, now: datetime | None = N
     return locked
 
 
+def invoice_finalisation_due_at(month: date) -> datetime:
+    """When the periodic task finalises a draft of `month`."""
+    return month_closes_at(month) + timedelta(hours=settings.BILLING_FINALISE_AFTER_HOURS)
+
+
+def invoices_held_after_restore() -> QuerySet[Invoice]:
+    """Drafts whose finalisation was due before a restore that no operator has reviewed yet was noticed: the
+    lost copy of the database may have finalised one of them, numbered and sent it, after the backup was taken.
+    The periodic task leaves them alone (`manage.py restore_check` lists them), so that none is finalised a
+    second time, perhaps with other lines, without an operator comparing it with what was sent."""
+    unreviewed = DatabaseRestore.objects.filter(reviewed_at__isnull=True).order_by("-detected_at").first()
+    if unreviewed is None:
+        return Invoice.objects.none()
+    grace = timedelta(hours=settings.BILLING_FINALISE_AFTER_HOURS)
+    latest_month = first_of_month((unreviewed.detected_at - grace).date())
+    drafts = Invoice.objects.filter(state=InvoiceState.DRAFT, month__lt=latest_month).select_related("tenant")
+    held = [invoice.pk for invoice in drafts if invoice_finalisation_due_at(invoice.month) <= unreviewed.detected_at]
+    return Invoice.objects.filter(pk__in=held).select_related("tenant").order_by("month", "pk")
+
+
 def invoices_finalise_due(*, now: datetime | None = None) -> int:
-    """Finalise every draft whose month closed more than BILLING_FINALISE_AFTER_HOURS ago."""
+    """Finalise every draft whose month closed more than BILLING_FINALISE_AFTER_HOURS ago, except those held
+    after a restore (`invoices_held_after_restore`)."""
     now = now or timezone.now()
     grace = timedelta(hours=settings.BILLING_FINALISE_AFTER_HOURS)
     latest_month = first_of_month((now - grace).date())
+    held = set(invoices_held_after_restore().values_list("pk", flat=True))
+    if held:
+        logger.warning(
+            "%d draft invoices are not finalised: a restore of the database may have lost their finalisation; "
+            "see manage.py restore_check",
+            len(held),
+        )
     finalised = 0
     for invoice in Invoice.objects.filter(state=InvoiceState.DRAFT, month__lt=latest_month).order_by("month", "pk"):
-        if now - month_closes_at(invoice.month) >= grace:
+        if invoice.pk not in held and now - month_closes_at(invoice.month) >= grace:
             invoice_finalise(actor=None, invoice=invoice, now=now)
             finalised += 1
     return finalised

@@ -39,8 +39,9 @@ from clusters.services import cluster_unreachable_record
 from clusters.slurm import SlurmClient, SlurmError, SlurmNotFound, SlurmRetryableError, SlurmTerminalError, SlurmTimeout
 from clusters.slurm.types import AccountingRecord, JobSubmission, SlurmJob
 from clusters.slurm.types import JobState as SlurmState
+from jobs.database_restores import database_restore_check, job_lost_before_delivery
 from jobs.job_services import cancelled_before_slurm, job_transition, jobs_push, jobs_push_loaded
-from jobs.models import JOB_COMMENT_PREFIX, Job, JobState, JobTransition
+from jobs.models import Job, JobState, JobTransition, job_id_from_tag
 from jobs.paths import JobDirectoryError, job_directory_prepare
 from jobs.sync_schedule import delivery_wake_hold, delivery_wake_taken
 from portal import metrics
@@ -134,6 +135,7 @@ def job_deliver(*, job_id: uuid.UUID) -> Delivery:
     Its next attempt need not be due: this delivers the one job by hand (tests, benchmarks, the shell). Workers
     call `jobs_deliver_queued`, which delivers the same way in batches.
     """
+    database_restore_check()  # a restored database's queued jobs may be in Slurm already: looked for first
     with transaction.atomic():
         job, refusal = _lock_own(job_id=job_id, now=timezone.now(), due_only=False)
         if job is None:
@@ -158,8 +160,10 @@ def jobs_deliver_queued(*, job_id: uuid.UUID) -> DeliveryRun:
     is the periodic sweep's.
     """
     run = DeliveryRun()
+    database_restore_check()  # a restored database's queued jobs may be in Slurm already: looked for first
     glance = Job.objects.only(*_GLANCE_FIELDS).filter(pk=job_id).first()
     if glance is None:
+        job_lost_before_delivery(job_id=job_id)  # a job the restored database lost before Slurm had it, if any
         run.deliveries[job_id] = Delivery("nothing to do")
         return run
     run.holding_wake = delivery_wake_hold(glance.cluster_id, taking_message=True)
@@ -656,6 +660,8 @@ class SyncResult:
     duplicates_cancelled: int = 0
     looked_up_in_accounting: int = 0
     requeued_ids: list[uuid.UUID] = field(default_factory=list)
+    # Tagged jobs in a project's account that no portal job matches: lost by a restore, for jobs.job_recovery.
+    lost: list[SlurmJob] = field(default_factory=list)
 
 
 def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
@@ -682,7 +688,7 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
     tagged: dict[uuid.UUID, list[SlurmJob]] = {}
     untagged: list[SlurmJob] = []
     for slurm_job in listing.jobs:
-        job_id = _tag_of(slurm_job.comment)
+        job_id = job_id_from_tag(slurm_job.comment)
         if job_id is not None:
             tagged.setdefault(job_id, []).append(slurm_job)
         else:
@@ -695,10 +701,12 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
         )
     }
     updates: dict[uuid.UUID, SlurmJob] = {}
+    lost: list[SlurmJob] = []
     for job_id, copies in tagged.items():
         job = known.get(job_id)
         if job is None:
-            continue  # another portal's job, or one whose record was deleted
+            lost.extend(copies)  # a job the database lost (restored from a backup), or another portal's
+            continue
         if job.slurm_job_id is None and job.is_final:
             # Cancelled or rejected in the portal while a lost submission reached Slurm after all: stop it.
             for orphan in copies:
@@ -715,6 +723,13 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
                 result.duplicates_cancelled += 1
                 result.requests += _cancel_duplicate(client=client, job_id=job_id, slurm_job=extra)
 
+    if lost:
+        accounts = set(
+            Project.objects.filter(slurm_account__in={job.account for job in lost}).values_list(
+                "slurm_account", flat=True
+            )
+        )
+        result.lost = [job for job in lost if job.account in accounts]
     result.external_created, external_updates = _externals(cluster=cluster, slurm_jobs=untagged)
     updates.update(external_updates)
     requeued = {
@@ -740,15 +755,6 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
         jobs_listed_at=listing.last_update or now, jobs_synced_at=now, jobs_sync_error=""
     )
     return result
-
-
-def _tag_of(comment: str) -> uuid.UUID | None:
-    if not comment.startswith(JOB_COMMENT_PREFIX):
-        return None
-    try:
-        return uuid.UUID(comment[len(JOB_COMMENT_PREFIX) :])
-    except ValueError:
-        return None
 
 
 def _cancel_duplicate(*, client: SlurmClient, job_id: uuid.UUID, slurm_job: SlurmJob) -> int:
@@ -832,7 +838,9 @@ def jobs_apply_slurm_state(
     with transaction.atomic():
         jobs = Job.objects.select_for_update(of=("self",), no_key=True).filter(cluster=cluster, pk__in=list(updates))
         for job in jobs:
-            new_transitions = _apply(job=job, slurm_job=updates[job.pk], now=now, requeue_cause=causes.get(job.pk))
+            new_transitions = slurm_record_apply(
+                job=job, slurm_job=updates[job.pk], now=now, requeue_cause=causes.get(job.pk)
+            )
             if new_transitions is not None:
                 changed.append(job)
                 transitions.extend(new_transitions)
@@ -859,7 +867,7 @@ _SYNCED_FIELDS = [
 ]
 
 
-def _apply(
+def slurm_record_apply(
     *, job: Job, slurm_job: SlurmJob | AccountingRecord, now: datetime, requeue_cause: SlurmState | None = None
 ) -> list[JobTransition] | None:
     """Set the job's fields from Slurm's; the transitions to record, or None when nothing changed.
@@ -1036,7 +1044,7 @@ def _apply_accounting(*, cluster: Cluster, client: SlurmClient, job: Job) -> int
     with transaction.atomic():
         locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
         cause = interrupted_run_state(job=locked, records=records, current_start=record.start_time)
-        transitions = _apply(job=locked, slurm_job=record, now=now, requeue_cause=cause)
+        transitions = slurm_record_apply(job=locked, slurm_job=record, now=now, requeue_cause=cause)
         if transitions is None:
             return 0
         locked.save(update_fields=[*_SYNCED_FIELDS])

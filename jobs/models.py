@@ -142,6 +142,16 @@ def job_comment_tag(job_id: uuid.UUID) -> str:
     return f"{JOB_COMMENT_PREFIX}{job_id}"
 
 
+def job_id_from_tag(comment: str) -> uuid.UUID | None:
+    """The portal job id in a Slurm job's comment, if it carries the portal's tag."""
+    if not comment.startswith(JOB_COMMENT_PREFIX):
+        return None
+    try:
+        return uuid.UUID(comment[len(JOB_COMMENT_PREFIX) :])
+    except ValueError:
+        return None
+
+
 class JobTransition(models.Model):
     """One change of a job's state, in order: the job's timeline."""
 
@@ -186,3 +196,69 @@ class JobTemplate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project}: {self.name}"
+
+
+# Restores ----------------------------------------------------------------------------------------------
+
+# The first words of the timeline entry of a job rebuilt from Slurm after a restore (how the portal finds them).
+RECOVERED_DETAIL = "Recovered from Slurm after a restore of the portal's database"
+
+
+class DatabaseIdentity(models.Model):
+    """One row that tells whether the database is the one the portal last wrote, or a restored copy of it.
+
+    `written_xid` is the id of the transaction that wrote the row. A restore from `pg_dump` writes every row
+    again, in the restore's own transaction, so the row's `xmin` no longer matches it (see jobs/database_restores.py).
+    `checked_at` is refreshed by every check: in a restored copy it tells when its backup was about to be taken.
+    """
+
+    written_xid = models.BigIntegerField()
+    checked_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"database identity (transaction {self.written_xid}, checked {self.checked_at:%Y-%m-%d %H:%M:%S})"
+
+
+class DatabaseRestore(models.Model):
+    """A restore of the portal's database that the portal noticed (or an operator declared), and what it
+    does about it: every cluster's Slurm is searched for the jobs the backup did not have."""
+
+    detected_at = models.DateTimeField(default=timezone.now)
+    # The restored copy's last check: its backup was taken after this moment, so whatever it lost was
+    # submitted after it. Slurm is searched from here (less a margin).
+    backup_after = models.DateTimeField()
+    declared_by = models.CharField(max_length=200, blank=True, help_text="Empty: noticed by the portal itself")
+    reviewed_at = models.DateTimeField(null=True, blank=True, help_text="When an operator reviewed what it lost")
+    reviewed_by = models.CharField(max_length=200, blank=True)
+    # Jobs accepted after the backup that had not reached Slurm when the portal stopped: a delivery message named
+    # them after the restore, and neither the restored database nor Slurm has them. They never ran; their
+    # submitters must send them again.
+    undelivered_jobs = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-detected_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"restore noticed {self.detected_at:%Y-%m-%d %H:%M:%S} (backup after {self.backup_after:%H:%M:%S})"
+
+
+class ClusterRecovery(models.Model):
+    """The search of one cluster's Slurm (live listing and accounting, by the portal's tag in the comment, in
+    the projects' accounts) for jobs a restore lost; repeated until one search after the settling time."""
+
+    restore = models.ForeignKey(DatabaseRestore, on_delete=models.CASCADE, related_name="clusters")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="recoveries")
+    searches = models.PositiveIntegerField(default=0)
+    searched_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    recovered_jobs = models.PositiveIntegerField(default=0)
+    # Tagged Slurm jobs that could not be rebuilt, with why: [{slurm_job_id, account, user, comment, reason}].
+    not_rebuilt = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["restore", "cluster"]
+        constraints = [models.UniqueConstraint(fields=["restore", "cluster"], name="cluster_recovery_once")]
+
+    def __str__(self) -> str:
+        return f"{self.restore}: {self.cluster.name}"

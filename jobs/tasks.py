@@ -15,7 +15,7 @@ from clusters.clients import slurm_client_for
 from clusters.models import Cluster
 from clusters.services import cluster_unreachable_record
 from clusters.slurm import SlurmError, SlurmRetryableError
-from jobs import job_sync, quota_usage
+from jobs import database_restores, job_recovery, job_sync, quota_usage
 from jobs.sync_schedule import clusters_due_for_job_sync, job_sync_slot, quota_usage_collection_due
 from portal import metrics
 
@@ -91,6 +91,8 @@ def _cluster_jobs_sync(cluster: Cluster) -> None:
     else:
         metrics.job_sync_observe(cluster=cluster.name, outcome="ok", seconds=time.perf_counter() - started)
         requeued = result.requeued_ids
+        if result.lost:  # tagged jobs in the projects' accounts that the database lost (a restore)
+            job_recovery.jobs_rebuild(cluster=cluster, found=result.lost)
     for job_id in requeued:
         job_submit.delay(str(job_id))
     # Also after a failed or unchanged (304) listing: a job's accounting record lands after the listing that
@@ -109,3 +111,22 @@ def jobs_sync_all() -> None:
     # A sync that waited longer than its pace in the queue is stale: a later tick replaces it.
     for cluster_id in clusters_due_for_job_sync(now=timezone.now()):
         cluster_jobs_sync.apply_async((cluster_id,), expires=2 * settings.JOB_SYNC_INTERVAL_SECONDS)
+
+
+# Restores ----------------------------------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True, soft_time_limit=30, time_limit=60)
+def database_restore_watch() -> None:
+    """Notice a restore of the database (and record that it is still its own), and search every cluster with a
+    recovery still open for the jobs the restore lost."""
+    database_restores.database_restore_check(heartbeat=True)
+    for cluster_id in job_recovery.clusters_to_recover():
+        cluster_recover.apply_async((cluster_id,), expires=settings.RESTORE_CHECK_INTERVAL_SECONDS)
+
+
+@shared_task(ignore_result=True, soft_time_limit=240, time_limit=300)
+def cluster_recover(cluster_id: int) -> None:
+    """Search the cluster's Slurm for the jobs a restore lost and rebuild them; a repeat finds nothing to do."""
+    for recovery in job_recovery.recoveries_open(cluster_id=cluster_id):
+        job_recovery.cluster_recovery_search(recovery=recovery, client=slurm_client_for(recovery.cluster))

@@ -194,6 +194,9 @@ CELERY_DB_REUSE_MAX = 1_000_000 if CELERY_WORKER_DATABASE_CONN_MAX_AGE else None
 JOB_SYNC_INTERVAL_SECONDS = env_int("JOB_SYNC_INTERVAL_SECONDS", 5)
 JOB_SYNC_ACTIVE_SECONDS = float(env_str("JOB_SYNC_ACTIVE_SECONDS", "1"))
 JOB_SYNC_SLOT_SECONDS = 120  # a sync slot held by a worker that died is free again after this
+# How often beat checks that the database is still its own (not a restored copy) and searches Slurm for the
+# jobs a restore lost while a recovery is open; see jobs/database_restores.py.
+RESTORE_CHECK_INTERVAL_SECONDS = env_int("RESTORE_CHECK_INTERVAL_SECONDS", 30)
 CELERY_BEAT_SCHEDULE = {
     "sync-all-clusters": {
         "task": "clusters.tasks.cluster_sync_all",
@@ -215,6 +218,10 @@ CELERY_BEAT_SCHEDULE = {
     "import-usage": {
         "task": "billing.tasks.usage_import",
         "schedule": env_int("BILLING_IMPORT_INTERVAL_SECONDS", 30),
+    },
+    "watch-for-restores": {
+        "task": "jobs.tasks.database_restore_watch",
+        "schedule": RESTORE_CHECK_INTERVAL_SECONDS,
     },
     "finalise-invoices": {
         "task": "billing.tasks.invoices_finalise_due",

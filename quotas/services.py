@@ -365,7 +365,7 @@ def _reserve(*, allocation: Allocation, job: Job, gpu_seconds: int, note: str) -
         _schedule_alerts(allocation.pk)
 
 
-def quota_reserve_found(*, job: Job, now: datetime) -> bool:
+def quota_reserve_found(*, job: Job, now: datetime, note: str = "found in Slurm") -> bool:
     """Reserve for a job found running or pending in the project's Slurm account without the portal (an
     external job): Slurm is already counting it, so it is reserved without a check, and may overdraw.
     False when it had a reservation already or there is no allocation to hold one."""
@@ -383,7 +383,7 @@ def quota_reserve_found(*, job: Job, now: datetime) -> bool:
             allocation = Allocation.objects.select_for_update(of=("self",), no_key=True).get(pk=chosen.pk)
             if LedgerEntry.objects.filter(job=job, kind=LedgerKind.RESERVE).exists():
                 return False
-            _reserve(allocation=allocation, job=job, gpu_seconds=needed, note="found in Slurm")
+            _reserve(allocation=allocation, job=job, gpu_seconds=needed, note=note)
     except IntegrityError:
         return False
     return True

@@ -187,6 +187,8 @@ class AccountingRecord:
     gpus_allocated: int
     gpu_type: str | None
     exit_code: int | None
+    nodes: str = ""  # where it ran ("" until it has nodes)
+    time_limit_minutes: int | None = None
 
     @property
     def gpu_seconds(self) -> int:

@@ -23,7 +23,7 @@ from harness import Drill
 
 from clusters.slurm import SlurmError
 from clusters.slurm.types import AccountingRecord
-from jobs.models import FINAL_JOB_STATES, Job, JobState
+from jobs.models import FINAL_JOB_STATES, RECOVERED_DETAIL, DatabaseRestore, Job, JobState, JobTransition
 from quotas.models import Allocation, LedgerEntry, LedgerKind
 
 SETTLE_SECONDS = 300
@@ -70,7 +70,16 @@ def ledger_check(drill: Drill, submissions: Sequence[Submission], *, settle_seco
     report = LedgerReport()
     report.lines.append(f"waited {waited:.0f} s for every job to be final and every reservation closed")
     jobs = {str(job.pk): job for job in Job.objects.filter(project=drill.world.project)}
-    _check_submissions(report, submissions, jobs)
+    rebuilt = {
+        str(job_id)
+        for job_id in JobTransition.objects.filter(
+            job__project=drill.world.project, detail__startswith=RECOVERED_DETAIL
+        ).values_list("job_id", flat=True)
+    }
+    if rebuilt:
+        report.lines.append(f"{len(rebuilt)} jobs were rebuilt from Slurm after a restore (known by their id)")
+    never_delivered = {job_id for restore in DatabaseRestore.objects.all() for job_id in restore.undelivered_jobs}
+    _check_submissions(report, submissions, jobs, rebuilt, never_delivered - set(jobs))
     slurm_ids_by_tag, records = _slurm_jobs(drill, report)
     quota = _quota_rows(drill)
     _check_jobs(report, jobs, slurm_ids_by_tag, quota, records)
@@ -107,7 +116,16 @@ def _unsettled(drill: Drill) -> tuple[int, int]:
     return active, sum(1 for count in balance.values() if count > 0)
 
 
-def _check_submissions(report: LedgerReport, submissions: Sequence[Submission], jobs: dict[str, Job]) -> None:
+def _check_submissions(
+    report: LedgerReport,
+    submissions: Sequence[Submission],
+    jobs: dict[str, Job],
+    rebuilt: set[str],
+    never_delivered: set[str],
+) -> None:
+    """`rebuilt`: jobs a restore lost and the portal rebuilt from Slurm, whose Idempotency-Key Slurm never had.
+    `never_delivered`: jobs accepted after the backup that had not reached Slurm when the portal stopped, which
+    the portal recorded on the restore (`manage.py restore_check` lists them): lost, never run, never charged."""
     accepted = [submission for submission in submissions if submission.accepted]
     refused = [submission for submission in submissions if submission.refused]
     unanswered = [submission for submission in submissions if not submission.accepted and not submission.refused]
@@ -128,12 +146,20 @@ def _check_submissions(report: LedgerReport, submissions: Sequence[Submission], 
         if not submission.refusal:
             report.fail("refused without a reason", f"#{submission.number} HTTP {submission.status}")
     rows_by_key: dict[str, list[Job]] = defaultdict(list)
-    for job in jobs.values():
-        if not job.is_external:
+    for job_id, job in jobs.items():
+        if not job.is_external and job_id not in rebuilt:
             rows_by_key[job.idempotency_key].append(job)
+    lost = [submission for submission in accepted if submission.job_id in never_delivered]
+    if lost:
+        report.lines.append(
+            f"{len(lost)} accepted jobs had not reached Slurm when the portal stopped: lost with the restore, "
+            "listed by restore_check, never run or charged"
+        )
     for submission in accepted:
         stored = jobs.get(submission.job_id or "")
-        if stored is None or stored.idempotency_key != submission.key:
+        if stored is None and submission.job_id in never_delivered:
+            continue
+        if stored is None or (stored.idempotency_key != submission.key and str(stored.pk) not in rebuilt):
             report.fail("accepted but not in the portal", f"#{submission.number} job {submission.job_id}")
     sent = {submission.key: submission for submission in submissions}
     for key, rows in rows_by_key.items():
@@ -144,6 +170,9 @@ def _check_submissions(report: LedgerReport, submissions: Sequence[Submission], 
             report.fail("jobs nobody submitted", f"{len(rows)} with key {key!r}")
         elif not sender.accepted:
             report.fail("stored although the client was refused or never answered", f"#{sender.number}")
+    answered = {submission.job_id for submission in accepted}
+    for job_id in rebuilt - answered:
+        report.fail("rebuilt from Slurm, but no accepted submission has its id", f"job {job_id[:8]}")
     externals = [job for job in jobs.values() if job.is_external]
     for job in externals:
         report.fail("Slurm jobs without the portal's tag in the account", f"Slurm job {job.slurm_job_id}")

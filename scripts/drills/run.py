@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 # Every drill, in the order `make drills` runs them; each is scripts/drills/drill_<name>.py.
-DRILLS = ["slurmrestd", "worker", "redis", "slurmctld", "node_down", "websocket", "hosts"]
+DRILLS = ["slurmrestd", "worker", "redis", "slurmctld", "node_down", "websocket", "restore", "restore_burst", "hosts"]
 # A drill takes a few minutes; one that hangs past this is stopped and counted as failed.
 DRILL_TIMEOUT_SECONDS = 15 * 60
 

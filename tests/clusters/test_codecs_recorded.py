@@ -402,6 +402,8 @@ def test_accounting_record_of_a_finished_gpu_job() -> None:
         gpus_allocated=0,
         gpu_type=None,
         exit_code=0,
+        nodes="gpu1",
+        time_limit_minutes=1,
     )
 
 

@@ -167,6 +167,12 @@ def plain_number(value: Any) -> int | None:
     return number
 
 
+def accounting_nodes(value: Any) -> str:
+    """The node list of an accounting record: slurmdbd says "None assigned" for a job that never got nodes."""
+    nodes = value if isinstance(value, str) else ""
+    return "" if nodes.strip().lower() in {"", "none assigned", "(null)"} else nodes
+
+
 def shell_exit_code(value: Any) -> int | None:
     """A job's exit code as the shell reports it (`$?`): the return code, or 128 + N when signal N killed it.
 

@@ -8,6 +8,7 @@ from typing import Any
 from clusters.slurm.codecs.base import (
     Codec,
     Json,
+    accounting_nodes,
     expand_hostlist,
     gpus_in,
     gpus_in_tres_list,
@@ -230,6 +231,8 @@ class DataParserCodec(Codec):
             gpu_type=gpu_type,
             # The job's own record: slurmdbd notes a time limit's or scancel's signal on the batch step only.
             exit_code=shell_exit_code(raw.get("exit_code")) if state.is_finished else None,
+            nodes=accounting_nodes(raw.get("nodes")),
+            time_limit_minutes=plain_number(time.get("limit")),
         )
 
     # Cluster ----------------------------------------------------------------------------------------

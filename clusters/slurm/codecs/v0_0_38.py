@@ -9,6 +9,7 @@ from typing import Any
 from clusters.slurm.codecs.base import (
     Codec,
     Json,
+    accounting_nodes,
     expand_hostlist,
     gpus_in,
     gpus_in_tres_list,
@@ -168,6 +169,8 @@ class V0038Codec(Codec):
             gpus_allocated=gpus,
             gpu_type=gpu_type,
             exit_code=_accounting_exit_code(raw.get("exit_code"), job_state),
+            nodes=accounting_nodes(raw.get("nodes")),
+            time_limit_minutes=plain_number(time.get("limit")),
         )
 
     # Cluster -----------------------------------------------------------------------------------
