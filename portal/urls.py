@@ -8,15 +8,13 @@ from portal.apis import MeApi
 from portal.health import healthz
 from portal.metrics_views import metrics
 
+# The API first, its busiest routes (jobs) at its head: Django tries the patterns in order, and the pages' many
+# patterns (under "") would otherwise be tried, and missed, for every API request.
 urlpatterns = [
-    path("", include("frontend.urls")),
-    path("admin/", admin.site.urls),
-    path("healthz", healthz, name="healthz"),
-    path("metrics", metrics, name="metrics"),
+    path("api/v1/", include("jobs.api_urls")),
     path("api/v1/me/", MeApi.as_view(), name="api-me"),
     path("api/v1/", include("tenants.api_urls")),
     path("api/v1/", include("clusters.api_urls")),
-    path("api/v1/", include("jobs.api_urls")),
     path("api/v1/", include("quotas.api_urls")),
     path("api/v1/", include("quotas.request_apis")),
     path("api/v1/", include("tenants.notification_apis")),
@@ -25,6 +23,10 @@ urlpatterns = [
     path("api/v1/", include("billing.reconciliation_apis")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("healthz", healthz, name="healthz"),
+    path("metrics", metrics, name="metrics"),
+    path("admin/", admin.site.urls),
+    path("", include("frontend.urls")),
 ]
 
 handler400 = "portal.api_errors.handler400"
