@@ -12,6 +12,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set u
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
+from portal.request_ids import WebsocketRequestIdMiddleware  # noqa: E402
 from portal.routing import websocket_urlpatterns  # noqa: E402
 from portal.ws_auth import (  # noqa: E402
     BearerTokenWebsocketMiddleware,
@@ -25,7 +26,10 @@ websocket_routes = URLRouter([*websocket_urlpatterns, re_path(r"", UnknownWebsoc
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        # Origin and identity rules: portal/ws_auth.py.
-        "websocket": SameOriginOrBearerValidator(AuthMiddlewareStack(BearerTokenWebsocketMiddleware(websocket_routes))),
+        # A request id for the connection's log lines (portal/request_ids.py); origin and identity rules:
+        # portal/ws_auth.py.
+        "websocket": WebsocketRequestIdMiddleware(
+            SameOriginOrBearerValidator(AuthMiddlewareStack(BearerTokenWebsocketMiddleware(websocket_routes)))
+        ),
     }
 )
