@@ -817,11 +817,10 @@ def jobs_apply_slurm_state(
             if new_transitions is not None:
                 changed.append(job)
                 transitions.extend(new_transitions)
+                fields = {**job_log_fields(job, cluster=cluster.name), "slurm_job_id": job.slurm_job_id}
                 for transition in new_transitions:
-                    fields = {**job_log_fields(job, cluster=cluster.name), "slurm_job_id": job.slurm_job_id}
-                    logger.info(
-                        "job %s -> %s: %s", transition.from_state, transition.to_state, transition.detail, extra=fields
-                    )
+                    words = f": {transition.detail}" if transition.detail else ""
+                    logger.info("job %s -> %s%s", transition.from_state, transition.to_state, words, extra=fields)
         _jobs_save(changed, fields=_SYNCED_FIELDS)
         JobTransition.objects.bulk_create(transitions, batch_size=500)
         changed_ids = [job.pk for job in changed]

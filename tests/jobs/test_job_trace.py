@@ -22,9 +22,10 @@ import pytest
 from django.db import connection
 
 from jobs.models import Job
+from portal.celery import app as celery_app
 from tenants.models import AuditEvent
 from tenants.services import token_create
-from tests.conftest import wait_until
+from tests.conftest import celery_workers_idle, wait_until
 from tests.jobs.conftest import LiveProject
 from tests.processes import free_port, stop, wait_until_answers
 
@@ -105,7 +106,15 @@ def test_one_grep_of_a_job_id_follows_it_from_the_request_through_the_worker_to_
         wait_until(delivery_logged, what="the worker's log line of the job's delivery")
         web_lines = _json_lines(web_log)  # every line of the web server's log, gunicorn's own included
 
+    def ended_after_a_sync() -> bool:  # the worker follows the job as beat would have it do
+        celery_app.send_task("jobs.tasks.cluster_jobs_sync", args=(live_project.cluster.pk,))
+        return Job.objects.get(pk=job_id).is_final
+
+    wait_until(ended_after_a_sync, what="the job's end, followed by the worker's sync")
+    celery_workers_idle()
+
     job = Job.objects.get(pk=job_id)
+    assert job.state == "completed"
     assert job.slurm_job_id is not None
     assert job.request_id == request_id
 
@@ -138,6 +147,12 @@ def test_one_grep_of_a_job_id_follows_it_from_the_request_through_the_worker_to_
     assert delivered[0]["request_id"] == request_id
     assert delivered[0]["slurm_job_id"] == job.slurm_job_id
     assert delivered[0]["task_id"] == submit["task_id"]
+    # The sync, in tasks of its own, follows it by the ids on its row.
+    states = [line for line in worker_lines if line["logger"] == "jobs.job_sync" and " -> " in line["event"]]
+    assert [line["event"].split(":")[0] for line in states] == ["job pending -> running", "job running -> completed"]
+    assert {(line["request_id"], line["slurm_job_id"], line["task"]) for line in states} == {
+        (request_id, job.slurm_job_id, "jobs.tasks.cluster_jobs_sync")
+    }
 
     audit = AuditEvent.objects.get(action="job.submit", target_id=job_id)
     assert audit.request_id == request_id
