@@ -25,6 +25,17 @@ _LEADING_KEYS = ("timestamp", "level", "logger", "event")
 _DROPPED_KEYS = ("color_message",)
 
 
+def _django_request_replaced_by_its_id(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    # Django logs its answers of 4xx and 5xx with the request object, after the middleware that bound the
+    # request's id has returned: the id the request keeps stands in for the object's repr.
+    request = event_dict.get("request")
+    meta = getattr(request, "META", None)
+    if isinstance(meta, dict):
+        del event_dict["request"]
+        event_dict.setdefault("request_id", meta.get("PORTAL_REQUEST_ID"))
+    return event_dict
+
+
 def _ordered(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
     ordered = {key: event_dict.pop(key) for key in _LEADING_KEYS if key in event_dict}
     # An id bound as empty means "none" (a job submitted before ids were recorded): no key, rather than "".
@@ -55,6 +66,7 @@ def formatter(log_format: str = "json") -> logging.Formatter:
         foreign_pre_chain=[
             structlog.contextvars.merge_contextvars,
             structlog.stdlib.ExtraAdder(),
+            _django_request_replaced_by_its_id,
             structlog.stdlib.add_log_level,
             structlog.stdlib.add_logger_name,
             structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -21,6 +21,9 @@ from structlog.contextvars import bound_contextvars, get_contextvars
 logger = logging.getLogger(__name__)
 
 REQUEST_ID_HEADER = "X-Request-ID"
+# Where the request keeps its id, for what is logged about it after the middleware has returned: Django logs a
+# 4xx or 5xx answer ("Not Found: /path") with the request, outside every middleware (portal/logs.py reads it).
+REQUEST_ID_META_KEY = "PORTAL_REQUEST_ID"
 REQUEST_ID_MAX_LENGTH = 64
 # Letters, digits and a few separators: enough for UUIDs, nginx's hex ids and most balancers' ids; nothing that
 # could forge a log line or a shell word.
@@ -47,6 +50,7 @@ def request_id_middleware(get_response: View) -> View:
 
     def middleware(request: HttpRequest) -> HttpResponse:
         request_id = request_id_accept(request.META.get("HTTP_X_REQUEST_ID"))
+        request.META[REQUEST_ID_META_KEY] = request_id
         with bound_contextvars(request_id=request_id):
             response = get_response(request)
         response[REQUEST_ID_HEADER] = request_id

@@ -73,6 +73,18 @@ def test_a_malformed_request_id_is_replaced_by_a_new_one(client: Client, given: 
 
 
 @pytest.mark.django_db
+def test_djangos_own_line_about_an_answer_carries_the_requests_id(client: Client) -> None:
+    """Django logs a 4xx or 5xx answer after every middleware has returned."""
+    with lines_logged("django.request") as lines:
+        client.get("/api/v1/nothing-here/", HTTP_X_REQUEST_ID="not-found-1")
+
+    assert [(line["event"], line["request_id"], line["status_code"]) for line in lines] == [
+        ("Not Found: /api/v1/nothing-here/", "not-found-1", 404)
+    ]
+    assert "request" not in lines[0]
+
+
+@pytest.mark.django_db
 def test_a_request_without_an_id_gets_a_new_one_each_time(client: Client) -> None:
     first = client.get("/healthz")["X-Request-ID"]
     second = client.get("/login/")["X-Request-ID"]
