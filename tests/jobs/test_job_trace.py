@@ -20,13 +20,17 @@ from typing import Any
 import httpx
 import pytest
 from django.db import connection
+from structlog.contextvars import bound_contextvars
 
+from jobs.job_services import JobRequest, job_submit
+from jobs.job_sync import jobs_deliver_queued
 from jobs.models import Job
 from portal.celery import app as celery_app
 from tenants.models import AuditEvent
 from tenants.services import token_create
-from tests.conftest import celery_workers_idle, wait_until
+from tests.conftest import SentTask, celery_workers_idle, wait_until
 from tests.jobs.conftest import LiveProject
+from tests.log_lines import lines_logged
 from tests.processes import free_port, stop, wait_until_answers
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -156,3 +160,39 @@ def test_one_grep_of_a_job_id_follows_it_from_the_request_through_the_worker_to_
 
     audit = AuditEvent.objects.get(action="job.submit", target_id=job_id)
     assert audit.request_id == request_id
+
+
+def test_each_job_of_a_batch_is_logged_with_its_own_id_and_its_own_requests_id(
+    live_project: LiveProject, sent_tasks: list[SentTask]
+) -> None:
+    """One delivery run submits many jobs, side by side in threads: each line names the job it is about."""
+    request_ids: dict[str, str] = {}
+    for number in range(3):
+        request_id = f"batch-{number}-{uuid.uuid4().hex[:8]}"
+        job_request = JobRequest(
+            cluster=live_project.cluster.name,
+            partition=live_project.partition,
+            gpu_type=live_project.gpu_type,
+            gpus=1,
+            time_limit_minutes=2,
+            script="#!/bin/bash\necho batched\n",
+        )
+        with bound_contextvars(request_id=request_id), lines_logged("jobs.job_services") as accepted:
+            job, _ = job_submit(user=live_project.member, project=live_project.project, request=job_request)
+        assert [(line["event"], line["job_id"], line["request_id"]) for line in accepted] == [
+            ("job accepted", str(job.pk), request_id)
+        ]
+        request_ids[str(job.pk)] = request_id
+
+    with lines_logged("clusters.slurm.client") as submits, lines_logged("jobs.job_sync") as outcomes:
+        run = jobs_deliver_queued(job_id=uuid.UUID(next(iter(request_ids))))
+
+    assert run.batches == 1
+    assert {line["job_id"]: line["request_id"] for line in submits} == request_ids
+    assert len(submits) == 3
+    delivered = [line for line in outcomes if line["event"] == "job delivery submitted"]
+    assert {line["job_id"]: line["request_id"] for line in delivered} == request_ids
+    slurm_job_ids = dict(Job.objects.filter(pk__in=list(request_ids)).values_list("pk", "slurm_job_id"))
+    assert {line["job_id"]: line["slurm_job_id"] for line in submits} == {
+        str(job_id): slurm_job_id for job_id, slurm_job_id in slurm_job_ids.items()
+    }

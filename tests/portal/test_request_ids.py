@@ -3,15 +3,13 @@ tasks it sends; lines as JSON objects (portal/request_ids.py, portal/logs.py).""
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,28 +23,10 @@ from portal.logs import formatter, logging_config
 from portal.queue import task_enqueue_on_commit
 from tenants.models import AuditEvent
 from tests.factories import make_tenant, make_user
+from tests.log_lines import lines_logged
 from tests.websockets import handshake
 
 NEW_ID = re.compile(r"[0-9a-f]{32}")
-
-
-@contextmanager
-def lines_logged(logger_name: str) -> Iterator[list[dict[str, Any]]]:
-    """The lines `logger_name` writes meanwhile, as the portal's JSON formatter renders them (filled on exit)."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(formatter("json"))
-    logger = logging.getLogger(logger_name)
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    lines: list[dict[str, Any]] = []
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        lines.extend(json.loads(line) for line in stream.getvalue().splitlines())
 
 
 # The middleware --------------------------------------------------------------------------------------------
