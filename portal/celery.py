@@ -25,11 +25,14 @@ REQUEST_ID_HEADER = "portal_request_id"
 
 @signals.setup_logging.connect
 def _portal_logging(**_: Any) -> None:
-    # Connected, this replaces Celery's own set-up (its formats, and its redirection of stdout and stderr):
-    # workers and beat log as the web servers do, at PORTAL_LOG_LEVEL.
+    # Connected, this replaces Celery's own set-up: workers and beat log as the web servers do, at
+    # PORTAL_LOG_LEVEL. What is printed rather than logged (the demo's e-mails, from the console backend) still
+    # goes through logging, as Celery would have it, so that a log holds only formatted lines.
     from django.conf import settings
 
     logging.config.dictConfig(settings.LOGGING)
+    if app.conf.worker_redirect_stdouts:
+        app.log.redirect_stdouts(app.conf.worker_redirect_stdouts_level)
 
 
 @signals.task_prerun.connect
