@@ -252,8 +252,9 @@ def _claim(batch: list[Job], *, now: datetime) -> tuple[list[Job], dict[uuid.UUI
         else:
             claimed.append(job)
             continue
-        fields = job_log_fields(job, cluster=job.cluster.name)
-        logger.info("job delivery %s", settled[job.pk].outcome, extra=fields)
+        outcome = settled[job.pk].outcome
+        level = logging.WARNING if outcome == "gave up" else logging.INFO
+        logger.log(level, "job delivery %s", outcome, extra=job_log_fields(job, cluster=job.cluster.name))
     if finished:
         _jobs_save(finished, fields=_DELIVERY_FIELDS)
         JobTransition.objects.bulk_create(transitions)
@@ -304,7 +305,8 @@ def _outcome_log(job: Job, outcome: _Outcome, *, cluster: str) -> None:
         fields["slurm_job_id"] = outcome.slurm_job_id
     if outcome.retry_in is not None:
         fields["retry_in_seconds"] = round(outcome.retry_in, 1)
-    level = logging.INFO if outcome.slurm_job_id is not None else logging.WARNING
+    # A message is a retry's or a refusal's words: something an operator may have to look at.
+    level = logging.WARNING if outcome.message else logging.INFO
     words = f": {outcome.message}" if outcome.message else ""
     logger.log(level, "job delivery %s%s", outcome.delivery, words, extra=fields)
 
