@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from structlog.contextvars import bound_contextvars
 
 from clusters import accounts
 from clusters.clients import slurm_client_for
@@ -21,6 +22,11 @@ def cluster_sync(cluster_id: int) -> None:
     cluster = Cluster.objects.filter(pk=cluster_id, is_active=True).first()
     if cluster is None:
         return
+    with bound_contextvars(cluster=cluster.name):  # on every line the sync logs
+        _cluster_sync(cluster)
+
+
+def _cluster_sync(cluster: Cluster) -> None:
     client = slurm_client_for(cluster)
     if not cluster_check(cluster=cluster, client=client):
         return

@@ -26,7 +26,15 @@ class JobAdmin(ReadOnlyAdmin):
 
     list_display = ("name", "project", "cluster", "user", "state", "slurm_job_id", "is_external", "created_at")
     list_filter = ("state", "is_external", "cluster")
-    search_fields = ("id", "name", "slurm_job_id", "user__username", "project__slug", "project__tenant__slug")
+    search_fields = (
+        "id",
+        "name",
+        "slurm_job_id",
+        "request_id",
+        "user__username",
+        "project__slug",
+        "project__tenant__slug",
+    )
     list_select_related = ("project__tenant", "cluster", "user")
     date_hierarchy = "created_at"
     inlines = (JobTransitionInline,)

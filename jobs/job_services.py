@@ -30,6 +30,7 @@ from portal import metrics
 from portal.channel_sends import group_send_all
 from portal.errors import Conflict
 from portal.queue import task_enqueue_on_commit
+from portal.request_ids import current_request_id
 from quotas.services import Reservation, quota_release, quota_reserve
 from tenants.models import Project
 from tenants.services import audit_record
@@ -208,7 +209,17 @@ def job_submit_accepted(
         metrics.job_refused(cluster=cluster.name, reason=exc.code)
         raise
     metrics.job_accepted(cluster=cluster.name)
+    # The first line of the job's way through the logs (README, "Logs and tracing a job"), with the request's id.
+    logger.info(
+        "job accepted",
+        extra={**job_log_fields(accepted.job, cluster=cluster.name), "project": str(project), "user": user.username},
+    )
     return accepted
+
+
+def job_log_fields(job: Job, *, cluster: str) -> dict[str, str]:
+    """What a log line about `job` carries to be found by its id (`cluster`: its name, which the caller has loaded)."""
+    return {"job_id": str(job.pk), "request_id": job.request_id, "cluster": cluster}
 
 
 def _earlier(*, user: User, idempotency_key: str) -> Job | None:
@@ -246,6 +257,7 @@ def _job_create(
         environment=dict(values["environment"]),
         template_id=values["template"] or "",
         idempotency_key=idempotency_key,
+        request_id=current_request_id(),
         working_directory=paths.working_directory,
         stdout_path=paths.stdout,
         stderr_path=paths.stderr,

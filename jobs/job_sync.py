@@ -16,6 +16,7 @@ changes nothing for the others of its batch.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import random
 import threading
@@ -31,6 +32,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from fast_update.query import FastUpdateQuerySet
+from structlog.contextvars import bound_contextvars
 
 from clusters import accounts
 from clusters.clients import slurm_client_for
@@ -40,7 +42,7 @@ from clusters.slurm import SlurmClient, SlurmError, SlurmNotFound, SlurmRetryabl
 from clusters.slurm.types import AccountingRecord, JobSubmission, SlurmJob
 from clusters.slurm.types import JobState as SlurmState
 from jobs.database_restores import database_restore_check, job_lost_before_delivery
-from jobs.job_services import cancelled_before_slurm, job_transition, jobs_push, jobs_push_loaded
+from jobs.job_services import cancelled_before_slurm, job_log_fields, job_transition, jobs_push, jobs_push_loaded
 from jobs.models import Job, JobState, JobTransition, job_id_from_tag
 from jobs.paths import JobDirectoryError, job_directory_prepare
 from jobs.sync_schedule import delivery_wake_hold, delivery_wake_taken
@@ -281,6 +283,10 @@ def _claim(batch: list[Job], *, now: datetime) -> tuple[list[Job], dict[uuid.UUI
             finished.append(job)
         else:
             claimed.append(job)
+            continue
+        outcome = settled[job.pk].outcome
+        level = logging.WARNING if outcome == "gave up" else logging.INFO
+        logger.log(level, "job delivery %s", outcome, extra=job_log_fields(job, cluster=job.cluster.name))
     if finished:
         _jobs_save(finished, fields=_DELIVERY_FIELDS)
         JobTransition.objects.bulk_create(transitions)
@@ -316,11 +322,25 @@ def _batch_deliver(*, cluster: Cluster, claimed: list[Job], settled: dict[uuid.U
         sync_error = _sync_unknown_accounts_then_retry(jobs=claimed, outcomes=outcomes)
         unreachable = unreachable or sync_error
     _record(outcomes=outcomes, claimed=claimed, settled=list(settled))
+    for job in claimed:
+        _outcome_log(job, outcomes[job.pk], cluster=cluster.name)
     if unreachable is not None:
         cluster_unreachable_record(cluster_id=cluster.pk, error=str(unreachable))
     deliveries = dict(settled)
     deliveries.update({job_id: Delivery(each.delivery, retry_in=each.retry_in) for job_id, each in outcomes.items()})
     return _Batch(deliveries=deliveries, unreachable=unreachable is not None)
+
+
+def _outcome_log(job: Job, outcome: _Outcome, *, cluster: str) -> None:
+    fields: dict[str, object] = {**job_log_fields(job, cluster=cluster), "attempt": job.submit_attempts}
+    if outcome.slurm_job_id is not None:
+        fields["slurm_job_id"] = outcome.slurm_job_id
+    if outcome.retry_in is not None:
+        fields["retry_in_seconds"] = round(outcome.retry_in, 1)
+    # A message is a retry's or a refusal's words: something an operator may have to look at.
+    level = logging.WARNING if outcome.message else logging.INFO
+    words = f": {outcome.message}" if outcome.message else ""
+    logger.log(level, "job delivery %s%s", outcome.delivery, words, extra=fields)
 
 
 def _attempt(*, client: SlurmClient, jobs: list[Job]) -> tuple[dict[uuid.UUID, _Outcome], SlurmError | None]:
@@ -361,6 +381,12 @@ def _submit_all(*, client: SlurmClient, jobs: list[Job]) -> tuple[dict[uuid.UUID
     def submit(job: Job) -> _Outcome | SlurmRetryableError | None:
         if not_answering.is_set():
             return None
+        # What this submission logs (the Slurm client's line among them) is about this job, whichever message
+        # brought the batch: its own id and the id of the request that submitted it.
+        with bound_contextvars(**job_log_fields(job, cluster=job.cluster.name)):
+            return _submit_one(job)
+
+    def _submit_one(job: Job) -> _Outcome | SlurmRetryableError | None:
         try:
             job_directory_prepare(
                 log_root=job.cluster.log_root, working_directory=job.working_directory, username=job.cluster_username
@@ -380,8 +406,10 @@ def _submit_all(*, client: SlurmClient, jobs: list[Job]) -> tuple[dict[uuid.UUID
 
     threads = min(settings.JOB_DELIVERY_THREADS, settings.SLURM_HTTP_MAX_CONNECTIONS, len(jobs))
     if threads > 1:
+        # The pool's threads start with an empty context: each submission runs in a copy of the task's (its id).
+        contexts = [contextvars.copy_context() for _ in jobs]
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="job-delivery") as pool:
-            results = list(pool.map(submit, jobs))
+            results = list(pool.map(lambda context, job: context.run(submit, job), contexts, jobs))
     else:
         results = [submit(job) for job in jobs]
     unreachable = next((result for result in results if isinstance(result, SlurmRetryableError)), None)
@@ -844,6 +872,10 @@ def jobs_apply_slurm_state(
             if new_transitions is not None:
                 changed.append(job)
                 transitions.extend(new_transitions)
+                fields = {**job_log_fields(job, cluster=cluster.name), "slurm_job_id": job.slurm_job_id}
+                for transition in new_transitions:
+                    words = f": {transition.detail}" if transition.detail else ""
+                    logger.info("job %s -> %s%s", transition.from_state, transition.to_state, words, extra=fields)
         _jobs_save(changed, fields=_SYNCED_FIELDS)
         JobTransition.objects.bulk_create(transitions, batch_size=500)
         changed_ids = [job.pk for job in changed]

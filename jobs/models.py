@@ -69,6 +69,9 @@ class Job(models.Model):
     template_id = models.CharField(max_length=64, blank=True, help_text="The template it was made from, if any")
     # A client's `Idempotency-Key`: the same key from the same user returns the first job instead of a second.
     idempotency_key = models.CharField(max_length=100, blank=True)
+    # The id of the request that submitted it (portal/request_ids.py): the worker that delivers it, however much
+    # later and after however many crashes, logs that id with the job's own, so one grep follows the job.
+    request_id = models.CharField(max_length=64, blank=True)
 
     working_directory = models.CharField(max_length=1000, blank=True)
     stdout_path = models.CharField(max_length=1000, blank=True)

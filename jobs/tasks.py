@@ -10,6 +10,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
+from structlog.contextvars import bound_contextvars
 
 from clusters.clients import slurm_client_for
 from clusters.models import Cluster
@@ -62,7 +63,8 @@ def job_submit(job_id: str) -> None:
 )
 def job_cancel(job_id: str) -> None:
     """Cancel a job in Slurm; a repeat after the job ended does nothing."""
-    job_sync.job_cancel_in_slurm(job_id=uuid.UUID(job_id))
+    with bound_contextvars(job_id=job_id):
+        job_sync.job_cancel_in_slurm(job_id=uuid.UUID(job_id))
 
 
 @shared_task(ignore_result=True, soft_time_limit=120, time_limit=180)
@@ -71,7 +73,7 @@ def cluster_jobs_sync(cluster_id: int) -> None:
     cluster = Cluster.objects.filter(pk=cluster_id, is_active=True).first()
     if cluster is None:
         return
-    with job_sync_slot(cluster.pk) as mine:
+    with job_sync_slot(cluster.pk) as mine, bound_contextvars(cluster=cluster.name):
         if mine:
             _cluster_jobs_sync(cluster)
 

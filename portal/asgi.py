@@ -13,6 +13,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
 from portal.metrics import WebsocketsCounted  # noqa: E402
+from portal.request_ids import WebsocketRequestIdMiddleware  # noqa: E402
 from portal.routing import websocket_urlpatterns  # noqa: E402
 from portal.ws_auth import (  # noqa: E402
     BearerTokenWebsocketMiddleware,
@@ -26,9 +27,12 @@ websocket_routes = URLRouter([*websocket_urlpatterns, re_path(r"", UnknownWebsoc
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        # Origin and identity rules: portal/ws_auth.py. Outermost, the count of open sockets per route.
+        # A request id for the connection's log lines (portal/request_ids.py); origin and identity rules:
+        # portal/ws_auth.py. Outermost, the count of open sockets per route.
         "websocket": WebsocketsCounted(
-            SameOriginOrBearerValidator(AuthMiddlewareStack(BearerTokenWebsocketMiddleware(websocket_routes))),
+            WebsocketRequestIdMiddleware(
+                SameOriginOrBearerValidator(AuthMiddlewareStack(BearerTokenWebsocketMiddleware(websocket_routes)))
+            ),
             routes=websocket_urlpatterns,
         ),
     }

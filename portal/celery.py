@@ -1,10 +1,17 @@
-"""The Celery application: workers and beat load Django settings and discover each app's tasks."""
+"""The Celery application: workers and beat load Django settings and discover each app's tasks.
 
+Their logs are the portal's (portal/logs.py): Celery is told not to set up its own, and each task's lines carry
+its id, its name and the id of the request that sent it (`portal.queue` puts it in the message's headers).
+"""
+
+from __future__ import annotations
+
+import logging.config
 import os
 from typing import Any
 
-from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_process_init
+from celery import Celery, signals
+from structlog.contextvars import bind_contextvars, clear_contextvars
 
 from portal.metrics import celery_signals_connect
 
@@ -17,7 +24,7 @@ app.autodiscover_tasks()
 celery_signals_connect()
 
 
-@worker_process_init.connect
+@signals.worker_process_init.connect
 def _database_connections_kept(**kwargs: Any) -> None:
     """A worker process keeps its database connection across tasks (CELERY_WORKER_DATABASE_CONN_MAX_AGE).
 
@@ -33,8 +40,8 @@ def _database_connections_kept(**kwargs: Any) -> None:
         database["CONN_HEALTH_CHECKS"] = True
 
 
-@task_prerun.connect
-@task_postrun.connect
+@signals.task_prerun.connect
+@signals.task_postrun.connect
 def _database_connections_checked(task: Any = None, **kwargs: Any) -> None:
     """Around each task, as Django does around each request: close a connection that broke (PostgreSQL
     restarted) or outlived its age, so the next query opens a fresh one. Not for a task run in the caller's
@@ -43,3 +50,31 @@ def _database_connections_checked(task: Any = None, **kwargs: Any) -> None:
 
     if task is not None and not getattr(task.request, "is_eager", False):
         close_old_connections()
+
+
+# The message header that carries the id of the request a task was sent for (portal/request_ids.py).
+REQUEST_ID_HEADER = "portal_request_id"
+
+
+@signals.setup_logging.connect
+def _portal_logging(**_: Any) -> None:
+    # Connected, this replaces Celery's own set-up: workers and beat log as the web servers do, at
+    # PORTAL_LOG_LEVEL. What is printed rather than logged (the demo's e-mails, from the console backend) still
+    # goes through logging, as Celery would have it, so that a log holds only formatted lines.
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+    if app.conf.worker_redirect_stdouts:
+        app.log.redirect_stdouts(app.conf.worker_redirect_stdouts_level)
+
+
+@signals.task_prerun.connect
+def _task_ids_bound(task_id: str, task: Any, **_: Any) -> None:
+    # A worker process runs one task at a time (solo and prefork pools): what the last one bound goes first.
+    clear_contextvars()
+    bind_contextvars(task_id=task_id, task=task.name, request_id=getattr(task.request, REQUEST_ID_HEADER, None))
+
+
+@signals.task_postrun.connect
+def _task_ids_unbound(**_: Any) -> None:
+    clear_contextvars()

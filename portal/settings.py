@@ -21,6 +21,7 @@ from portal.env import (
     origin_of,
     secret_key,
 )
+from portal.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -100,6 +101,8 @@ PORTAL_RETRY_AFTER_SECONDS = env_int("PORTAL_RETRY_AFTER_SECONDS", 5)
 MIDDLEWARE = [
     # Outermost, so that it times and counts every answer, the other middleware's refusals included.
     *(["portal.metrics.http_metrics_middleware"] if PORTAL_METRICS else []),
+    # Next, so that every line logged for a request, and every answer, carries its id (portal/request_ids.py).
+    "portal.request_ids.request_id_middleware",
     "django.middleware.security.SecurityMiddleware",
     # Before anything reads the database: a request that waited too long in line is answered 503 at once.
     "portal.overload.overload_shed",
@@ -420,15 +423,11 @@ DEMO_CLUSTER_REGISTRY = env_str("DEMO_CLUSTER_REGISTRY", "/var/lib/gpuportal/clu
 
 DEMO_PASSWORD = env_str("DEMO_PASSWORD", "demo")
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("PORTAL_LOG_LEVEL", "INFO")},
-    # One line per slurmrestd request drowns the workers' own log; the client reports failures itself.
-    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
-}
+# Logs (portal/logs.py, README "Logs and tracing a job"): one JSON object per line on stderr, each carrying the
+# request id and, where known, the job and cluster it is about; `plain` is for people reading a terminal.
+LOGGING = logging_config(
+    log_format=env_str("PORTAL_LOG_FORMAT", "json"), level=env_str("PORTAL_LOG_LEVEL", "INFO").upper()
+)
 
 # /healthz calls a cluster's health stale when no worker has pinged it for this long.
 CLUSTER_HEALTH_STALE_SECONDS = env_int("CLUSTER_HEALTH_STALE_SECONDS", 120)

@@ -30,6 +30,9 @@ export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$RUN_DIR/metrics}"
 if [[ -z "${PORTAL_METRICS_TOKEN:-}${PORTAL_METRICS_TOKEN_FILE:-}" ]]; then
   export PORTAL_METRICS_TOKEN_FILE="$ROOT/var/metrics_token"
 fi
+# The servers' own log lines in the portal's format (PORTAL_LOG_FORMAT, portal/logs.py), as their Django and Celery
+# lines are; written by `up`.
+LOG_CONFIG="$RUN_DIR/logging.json"
 mkdir -p "$RUN_DIR/nginx" "$LOG_DIR" var/static "$PROMETHEUS_MULTIPROC_DIR"
 
 if ((WEB_THREADS > 1)); then WORKER_CLASS="--worker-class=gthread --threads=$WEB_THREADS"; else WORKER_CLASS=""; fi
@@ -38,12 +41,14 @@ if ((WEB_THREADS > 1)); then WORKER_CLASS="--worker-class=gthread --threads=$WEB
 # limits read the client's address from X-Forwarded-For (PORTAL_NUM_PROXIES=1). Under uvicorn a database
 # connection kept for reuse outlives its request's thread (portal/env.py), so only gunicorn keeps them; uvicorn
 # returns its connections to a pool of PORTAL_ASGI_DB_POOL per process (a WebSocket handshake opens none).
+# Logs: nginx's access log has a line per request with its id; the others log at PORTAL_LOG_LEVEL (Celery's
+# --quiet leaves out its start-up banner, which is not a log line).
 declare -A COMMANDS=(
   [nginx]="/usr/sbin/nginx -c $NGINX_CONF -e $LOG_DIR/nginx.log"
-  [wsgi]="env PORTAL_NUM_PROXIES=${PORTAL_NUM_PROXIES:-1} DATABASE_CONN_MAX_AGE=$WSGI_CONN_MAX_AGE $VENV/gunicorn portal.wsgi:application -c python:portal.gunicorn_conf --bind unix:$WSGI_SOCKET --workers $WEB_WORKERS $WORKER_CLASS --timeout 60"
-  [asgi]="env PORTAL_NUM_PROXIES=${PORTAL_NUM_PROXIES:-1} DATABASE_CONN_MAX_AGE=0 DATABASE_POOL_SIZE=$ASGI_POOL_SIZE $VENV/uvicorn portal.asgi:application --uds $ASGI_SOCKET --workers $ASGI_WORKERS --no-access-log"
-  [worker]="$VENV/celery -A portal worker --loglevel=INFO --concurrency=${CELERY_CONCURRENCY:-2} --hostname=portal@%h"
-  [beat]="$VENV/celery -A portal beat --loglevel=INFO --schedule=$ROOT/var/run/celerybeat-schedule"
+  [wsgi]="env PORTAL_NUM_PROXIES=${PORTAL_NUM_PROXIES:-1} DATABASE_CONN_MAX_AGE=$WSGI_CONN_MAX_AGE $VENV/gunicorn portal.wsgi:application -c python:portal.gunicorn_conf --bind unix:$WSGI_SOCKET --workers $WEB_WORKERS $WORKER_CLASS --timeout 60 --log-config-json $LOG_CONFIG"
+  [asgi]="env PORTAL_NUM_PROXIES=${PORTAL_NUM_PROXIES:-1} DATABASE_CONN_MAX_AGE=0 DATABASE_POOL_SIZE=$ASGI_POOL_SIZE $VENV/uvicorn portal.asgi:application --uds $ASGI_SOCKET --workers $ASGI_WORKERS --no-access-log --log-config $LOG_CONFIG"
+  [worker]="$VENV/celery -A portal --quiet worker --concurrency=${CELERY_CONCURRENCY:-2} --hostname=portal@%h"
+  [beat]="$VENV/celery -A portal --quiet beat --schedule=$ROOT/var/run/celerybeat-schedule"
 )
 ORDER=(worker beat asgi wsgi nginx)
 
@@ -115,7 +120,7 @@ nginx_prepare() {
     -e "s|@@ASGI_SERVERS@@|server unix:$ASGI_SOCKET fail_timeout=0;|" \
     -e "s|@@STATIC_ROOT@@|$ROOT/var/static|" \
     -e "s|@@STATE_DIR@@|$RUN_DIR/nginx|g" \
-    -e "s|@@ACCESS_LOG@@|$LOG_DIR/nginx-access.log|" \
+    -e "s|@@ACCESS_LOG@@|$LOG_DIR/nginx-access.log portal_json|" \
     -e "s|@@ERROR_LOG@@|$LOG_DIR/nginx.log|" \
     -e "s|@@WORKER_PROCESSES@@|1|" \
     -e "s|@@USER@@|$user|" \
@@ -195,6 +200,7 @@ case "${1:-}" in
     nginx_prepare
     metrics_token_prepare
     metrics_files_clear
+    "$VENV/python" -m portal.logs > "$LOG_CONFIG"
     for name in "${ORDER[@]}"; do start_one "$name"; done
     wait_for_web
     ;;

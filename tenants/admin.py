@@ -465,7 +465,7 @@ class AuditEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ("action", "tenant", "target_type")
     list_select_related = ("tenant",)
     date_hierarchy = "created_at"
-    search_fields = ("actor_username", "target_label", "target_id")
+    search_fields = ("actor_username", "target_label", "target_id", "request_id")
     fields = (
         "created_at",
         "actor",
@@ -477,6 +477,7 @@ class AuditEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "target_label",
         "before_json",
         "after_json",
+        "request_id",
     )
     readonly_fields = fields
 

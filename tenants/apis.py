@@ -104,6 +104,10 @@ class AuditEventOutput(serializers.Serializer[Any]):
     target_label = serializers.CharField()
     before = serializers.JSONField(allow_null=True)
     after = serializers.JSONField(allow_null=True)
+    request_id = serializers.CharField(
+        help_text="The id of the request that made the change, as in the portal's logs (X-Request-ID); empty for "
+        "changes made outside a request"
+    )
 
 
 # Input serializers -------------------------------------------------------------------------------------

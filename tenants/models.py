@@ -190,6 +190,8 @@ class AuditEvent(models.Model):
     target_label = models.CharField(max_length=300)
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
+    # The request (or the task it sent) that made the change, as in the logs: empty for the shell and commands.
+    request_id = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from portal.channel_sends import group_send_all
 from portal.queue import task_enqueue_on_commit
+from portal.request_ids import current_request_id
 from tenants.models import (
     SLUG_MESSAGE,
     ApiToken,
@@ -68,6 +69,7 @@ def audit_record(
         target_label=str(target),
         before=before,
         after=after,
+        request_id=current_request_id(),
     )
 
 

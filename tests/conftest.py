@@ -216,7 +216,7 @@ def celery_worker(
     """A real Celery worker process on the test broker and the test database; yields its name.
 
     Tests that use it must be transactional (`django_db(transaction=True)`): the worker only sees what
-    the test has committed.
+    the test has committed. It logs JSON lines, as in production, to the file `celery_worker_log` names.
     """
     database = connection.settings_dict
     name = f"pytest-{uuid.uuid4().hex[:8]}@localhost"
@@ -225,8 +225,11 @@ def celery_worker(
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
+        "PORTAL_LOG_FORMAT": "json",
+        "PORTAL_LOG_LEVEL": "INFO",
     }
-    command = [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool=solo", "--loglevel=INFO"]
+    _worker_logs[name] = log
+    command = [sys.executable, "-m", "celery", "-A", "portal", "--quiet", "worker", "--pool=solo"]
     command += ["--hostname", name, "--without-mingle", "--without-gossip"]
     with log.open("w") as output:
         worker = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
@@ -244,6 +247,13 @@ def celery_worker(
 
 
 _running_workers: list[str] = []
+_worker_logs: dict[str, Path] = {}
+
+
+@pytest.fixture
+def celery_worker_log(celery_worker: str) -> Path:
+    """The log file of the session's Celery worker (its stdout and stderr: JSON lines, portal/logs.py)."""
+    return _worker_logs[celery_worker]
 
 
 @pytest.fixture(autouse=True)

@@ -203,17 +203,31 @@ class SlurmClient:
     # Jobs -------------------------------------------------------------------------------------
 
     def submit_job(self, *, user: str, submission: JobSubmission) -> SubmitResult:
+        """Submit as `user`. Logs one line, with what the caller bound to the logging context (a job's id, its
+        request's id, the cluster's name: jobs/job_sync.py) and the API version, HTTP status, duration and Slurm
+        job id (README, "Logs and tracing a job")."""
         payload = self.codec.encode_submit(submission)
-        body = self._call(
-            "POST",
-            f"{self.codec.slurm_prefix}/job/submit",
-            user=user,
-            payload=payload,
-            success_if_job_id=True,
-            # v0.0.40+ report a held job's state as warnings: asked for, so not worth a log line each.
-            expected_warnings=_HELD_WARNINGS if submission.hold else frozenset(),
-        )
-        return self.codec.decode_submit(body)
+        fields: dict[str, object] = {"api_version": self.codec.version, "slurm_user": user}
+        started = time.perf_counter()
+        try:
+            response = self._send("POST", f"{self.codec.slurm_prefix}/job/submit", user=user, payload=payload)
+            fields["status"] = response.status_code
+            body = self._checked_body(
+                response,
+                success_if_job_id=True,
+                # v0.0.40+ report a held job's state as warnings: asked for, so not worth a log line each.
+                expected_warnings=_HELD_WARNINGS if submission.hold else frozenset(),
+            )
+            result = self.codec.decode_submit(body)
+        except SlurmError as exc:
+            fields["duration_ms"] = round((time.perf_counter() - started) * 1000, 1)
+            fields.setdefault("status", exc.status_code)
+            logger.warning("slurmrestd submit failed: %s", exc, extra=fields)
+            raise
+        fields["duration_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        fields["slurm_job_id"] = result.job_id
+        logger.info("slurmrestd submit", extra=fields)
+        return result
 
     def get_job(self, *, job_id: int, user: str | None = None) -> SlurmJob:
         body = self._call("GET", f"{self.codec.slurm_prefix}/job/{int(job_id)}", user=user or self.admin_user)
