@@ -459,11 +459,13 @@ class Outcome:
 
 class ConnectionSampler(threading.Thread):
     """The most PostgreSQL client connections seen during the run, on the load's database and in all (the
-    server's max_connections is shared with everything else on the machine)."""
+    server's max_connections is shared with everything else on the machine), and the job sync's lag: how long
+    ago the cluster's jobs were last synced, at worst (the web load must not slow the sync down)."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.peak_own = self.peak_all = self.limit = 0
+        self.sync_lags: list[float] = []
         self._done = threading.Event()
 
     def run(self) -> None:
@@ -477,13 +479,21 @@ class ConnectionSampler(threading.Thread):
                 assert row is not None
                 own, everyone, self.limit = row
                 self.peak_own, self.peak_all = max(self.peak_own, own), max(self.peak_all, everyone)
+                lag = sampling.execute(
+                    "SELECT extract(epoch FROM now() - jobs_synced_at) FROM clusters_cluster WHERE name = %s",
+                    (stack.CLUSTER,),
+                ).fetchone()
+                if lag is not None and lag[0] is not None:
+                    self.sync_lags.append(float(lag[0]))
 
     def stop(self) -> str:
         self._done.set()
         self.join()
+        lags = sorted(self.sync_lags) or [float("nan")]
         return (
             f"PostgreSQL client connections at most {self.peak_own} on the load's database, {self.peak_all} in all "
-            f"(max_connections {self.limit})"
+            f"(max_connections {self.limit}); job sync lag (since the cluster's last sync, sampled every 0.25 s) "
+            f"p50 {stack.percentile(lags, 0.5):.1f} s, p95 {stack.percentile(lags, 0.95):.1f} s, max {lags[-1]:.1f} s"
         )
 
 
