@@ -95,7 +95,7 @@ INSTALLED_APPS = [
 
 # Overload (portal/overload.py): a request that waited in line (behind the proxy, which stamps X-Request-Start)
 # longer than this is answered 503 before any work (0: never); 503s say to come back after PORTAL_RETRY_AFTER_SECONDS.
-PORTAL_REQUEST_QUEUE_TIMEOUT_SECONDS = float(env_str("PORTAL_REQUEST_QUEUE_TIMEOUT_SECONDS", "5"))
+PORTAL_REQUEST_QUEUE_TIMEOUT_SECONDS = float(env_str("PORTAL_REQUEST_QUEUE_TIMEOUT_SECONDS", "10"))
 PORTAL_RETRY_AFTER_SECONDS = env_int("PORTAL_RETRY_AFTER_SECONDS", 5)
 
 MIDDLEWARE = [
