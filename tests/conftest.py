@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from channels.layers import channel_layers
 from django.conf import settings
-from django.db import connection
 
 from clusters.clients import slurm_clients_close
 from clusters.slurm import SlurmClient, SlurmError
@@ -218,16 +217,11 @@ def celery_worker(
     Tests that use it must be transactional (`django_db(transaction=True)`): the worker only sees what
     the test has committed. It logs JSON lines, as in production, to the file `celery_worker_log` names.
     """
-    database = connection.settings_dict
+    from tests.processes import portal_environment
+
     name = f"pytest-{uuid.uuid4().hex[:8]}@localhost"
     log = tmp_path_factory.mktemp("celery") / "worker.log"
-    environment = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
-        "PORTAL_LOG_FORMAT": "json",
-        "PORTAL_LOG_LEVEL": "INFO",
-    }
+    environment = portal_environment(PORTAL_LOG_FORMAT="json", PORTAL_LOG_LEVEL="INFO")
     _worker_logs[name] = log
     command = [sys.executable, "-m", "celery", "-A", "portal", "--quiet", "worker", "--pool=solo"]
     command += ["--hostname", name, "--without-mingle", "--without-gossip"]
@@ -305,29 +299,13 @@ def wsgi_portal(
 ) -> Iterator[str]:
     """The portal's WSGI server as scripts/portal.sh runs it (gunicorn with its hooks), with two worker processes, on
     a free port and the test database; yields its base URL. Tests that use it must be transactional."""
-    from tests.processes import free_port, stop, wait_until_answers
+    from tests.processes import gunicorn_running, portal_environment
 
-    database = connection.settings_dict
-    environment = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
-    }
-    port = free_port()
     log = tmp_path_factory.mktemp("gunicorn") / "wsgi.log"
-    command = [str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi:application"]
-    command += ["--config=python:portal.gunicorn_conf", f"--bind=127.0.0.1:{port}", "--workers=2"]
-    with log.open("w") as output:
-        server = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        try:
-            wait_until_answers(f"{base_url}/login/", server, log, what="gunicorn")
-        except RuntimeError as exc:
-            pytest.fail(str(exc))
+    with gunicorn_running(
+        "--config=python:portal.gunicorn_conf", "--workers=2", environment=portal_environment(), log=log
+    ) as base_url:
         yield base_url
-    finally:
-        stop(server)
 
 
 @pytest.fixture(scope="session")

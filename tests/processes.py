@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 
 def free_port() -> int:
@@ -38,3 +43,36 @@ def wait_until_answers(url: str, process: subprocess.Popen[bytes], log: Path, *,
         if process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not start; its log:\n{log.read_text()}")
         time.sleep(0.2)
+
+
+def portal_environment(**overrides: str) -> dict[str, str]:
+    """The environment of a portal process a test starts (gunicorn, a Celery worker): the test settings and the
+    test database, which the test's own connection is on."""
+    from django.db import connection
+
+    database = connection.settings_dict
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
+        **overrides,
+    }
+
+
+@contextmanager
+def gunicorn_running(*options: str, environment: dict[str, str], log: Path) -> Iterator[str]:
+    """gunicorn serving the portal with these options on a free port, its output in `log`; yields its base URL
+    once it answers, and stops it afterwards."""
+    port = free_port()
+    command = [sys.executable, "-m", "gunicorn", "portal.wsgi:application", f"--bind=127.0.0.1:{port}", *options]
+    with log.open("w") as output:
+        server = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        try:
+            wait_until_answers(f"{base_url}/login/", server, log, what="gunicorn")
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
+        yield base_url
+    finally:
+        stop(server)

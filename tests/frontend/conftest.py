@@ -21,13 +21,12 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.test import Client
 
 from tests.oidc_provider import CLIENT_ID as OIDC_CLIENT_ID
 from tests.oidc_provider import CLIENT_SECRET as OIDC_CLIENT_SECRET
 from tests.oidc_provider import DemoProvider
-from tests.processes import free_port, stop, wait_until_answers
+from tests.processes import free_port, portal_environment, stop, wait_until_answers
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
@@ -49,13 +48,7 @@ VIEWPORTS = {
 
 
 def _test_environment() -> dict[str, str]:
-    database = connection.settings_dict
-    return {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
-        "PORTAL_DEBUG": "false",
-    }
+    return portal_environment(PORTAL_DEBUG="false")
 
 
 @contextmanager

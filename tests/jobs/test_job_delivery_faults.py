@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection, connections
+from django.db import connections
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -47,6 +47,7 @@ from portal.celery import app as celery_app
 from tenants.models import Project
 from tests.conftest import wait_until
 from tests.factories import add_project_member, grant_allocation, make_project, make_tenant, make_user, unique_slug
+from tests.processes import portal_environment
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -110,15 +111,9 @@ class Worker:
 
 
 def _start_worker(log_directory: Path) -> Worker:
-    database = connection.settings_dict
     queue = f"delivery-faults-{uuid.uuid4().hex[:8]}"
     name = f"{queue}@localhost"
-    environment = {
-        **os.environ,
-        **WORKER_ENVIRONMENT,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
-    }
+    environment = portal_environment(**WORKER_ENVIRONMENT)
     arguments = ["worker", "--pool=solo", "--loglevel=INFO", "--hostname", name, "--queues", queue]
     arguments += ["--without-mingle", "--without-gossip"]
     log = log_directory / f"{queue}.log"

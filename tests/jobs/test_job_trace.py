@@ -8,7 +8,6 @@ the worker is the session's real one, delivering to the real local cluster.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -19,7 +18,6 @@ from typing import Any
 
 import httpx
 import pytest
-from django.db import connection
 from structlog.contextvars import bound_contextvars
 
 from jobs.job_services import JobRequest, job_submit
@@ -31,7 +29,7 @@ from tenants.services import token_create
 from tests.conftest import SentTask, celery_workers_idle, wait_until
 from tests.jobs.conftest import LiveProject
 from tests.log_lines import lines_logged
-from tests.processes import free_port, stop, wait_until_answers
+from tests.processes import gunicorn_running, portal_environment
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,34 +38,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def gunicorn_server(directory: Path) -> Iterator[tuple[str, Path]]:
     """gunicorn on the test database with the logging configuration scripts/portal.sh gives it; yields its base
     URL and its log file."""
-    database = connection.settings_dict
-    environment = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
-        "PORTAL_LOG_FORMAT": "json",
-        "PORTAL_LOG_LEVEL": "INFO",
-    }
+    environment = portal_environment(PORTAL_LOG_FORMAT="json", PORTAL_LOG_LEVEL="INFO")
     config = directory / "logging.json"
     config.write_text(
         subprocess.run(
             [sys.executable, "-m", "portal.logs"], env=environment, capture_output=True, text=True, check=True
         ).stdout
     )
-    port, log = free_port(), directory / "wsgi.log"
-    command = [sys.executable, "-m", "gunicorn", "portal.wsgi:application", f"--bind=127.0.0.1:{port}"]
-    command += ["--workers=1", "--timeout=60", "--log-config-json", str(config)]
-    with log.open("w") as output:
-        server = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        try:
-            wait_until_answers(f"{base_url}/login/", server, log, what="gunicorn")
-        except RuntimeError as exc:
-            pytest.fail(str(exc))
+    log = directory / "wsgi.log"
+    options = ("--workers=1", "--timeout=60", "--log-config-json", str(config))
+    with gunicorn_running(*options, environment=environment, log=log) as base_url:
         yield base_url, log
-    finally:
-        stop(server)
 
 
 def _json_lines(log: Path) -> list[dict[str, Any]]:

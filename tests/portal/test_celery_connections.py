@@ -3,7 +3,6 @@ Celery's default opens a new one for every task: with a real prefork worker on t
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
@@ -18,6 +17,7 @@ from clusters.models import Cluster
 from portal.celery import app as celery_app
 from tests.conftest import wait_until
 from tests.factories import make_matrix_cluster
+from tests.processes import portal_environment
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,13 +44,8 @@ def idle(name: str) -> bool:
 
 def test_a_pool_process_keeps_its_database_connection_from_task_to_task(tmp_path: Path) -> None:
     cluster = make_matrix_cluster("keptconnection")  # unreachable: each sync records a failed check
-    database = connection.settings_dict
     name, queue = f"pytest-prefork-{uuid.uuid4().hex[:8]}@localhost", f"kept-{uuid.uuid4().hex[:8]}"
-    environment = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
-    }
+    environment = portal_environment()
     command = [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool=prefork", "--concurrency=1"]
     command += ["--hostname", name, "--queues", queue, "--without-mingle", "--without-gossip"]
     with (tmp_path / "worker.log").open("w") as output:
