@@ -69,6 +69,17 @@ class ClusterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     readonly_fields = SYNCED_FROM_SLURM
     fieldsets = (
         (None, {"fields": ("name", "slurmrestd_url", "jwt_key_file", "admin_user", "log_root", "is_active")}),
+        (
+            "GPU utilisation",
+            {
+                "fields": (
+                    "dcgm_prometheus_url",
+                    "slurm_gpu_accounting",
+                    "idle_gpu_threshold_percent",
+                    "idle_gpu_after_seconds",
+                )
+            },
+        ),
         ("Last seen by the workers", {"fields": SYNCED_FROM_SLURM}),
     )
     inlines = (GpuTypeInline, PartitionInline, NodeInline)

@@ -38,6 +38,24 @@ class Cluster(models.Model):
     jobs_synced_at = models.DateTimeField(null=True, blank=True)
     jobs_sync_error = models.TextField(blank=True)
 
+    # GPU utilisation (jobs/gpu_utilisation.py): where it is read from, and when a GPU counts as idle.
+    dcgm_prometheus_url = models.URLField(
+        blank=True,
+        help_text="A Prometheus that scrapes NVIDIA's DCGM exporter on this cluster's nodes (e.g. "
+        "http://prometheus:9090); empty: no DCGM readings",
+    )
+    slurm_gpu_accounting = models.BooleanField(
+        default=False,
+        help_text="Slurm's accounting records gres/gpuutil and gres/gpumem (AccountingStorageTRES with an NVML-built "
+        "gpu plugin): finished jobs take their utilisation from it where DCGM gave none",
+    )
+    idle_gpu_threshold_percent = models.PositiveSmallIntegerField(
+        default=10, help_text="A GPU whose utilisation stays under this is idle"
+    )
+    idle_gpu_after_seconds = models.PositiveIntegerField(
+        default=1800, help_text="A running job is flagged once a GPU of it has been idle this long"
+    )
+
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

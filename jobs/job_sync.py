@@ -892,6 +892,7 @@ _SYNCED_FIELDS = [
     "started_at",
     "ended_at",
     "nodes",
+    "gpu_indices",
     "exit_code",
     "last_error",
     "submit_lease_until",
@@ -944,6 +945,9 @@ def slurm_record_apply(
     job.state_reason = "" if reason == "None" else reason[:200]
     if nodes:
         job.nodes = nodes[:500]
+    if isinstance(slurm_job, SlurmJob) and slurm_job.gpu_indices:
+        # Slurm says which devices only while the job holds them; the last known stay where it ran.
+        job.gpu_indices = {node: list(indices) for node, indices in slurm_job.gpu_indices}
     ran_by_accounting = getattr(slurm_job, "elapsed_seconds", 0) > 0
     if job.state == JobState.RUNNING or (job.is_final and (job.nodes or ran_by_accounting)):
         job.started_at = slurm_job.start_time or job.started_at

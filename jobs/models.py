@@ -86,6 +86,8 @@ class Job(models.Model):
     slurm_job_id = models.PositiveBigIntegerField(null=True, blank=True)
     slurm_submit_time = models.DateTimeField(null=True, blank=True)
     nodes = models.CharField(max_length=500, blank=True)
+    # The GPU devices it holds on each node while it runs, from Slurm's gres_detail: {"gpu01": [0, 1]}.
+    gpu_indices = models.JSONField(default=dict, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
 
     # Delivery of the submission: how many times a worker tried, and until when the current try holds it.
@@ -170,6 +172,98 @@ class JobTransition(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_state or '-'} -> {self.to_state}"
+
+
+# GPU efficiency ----------------------------------------------------------------------------------------
+
+
+class UtilisationSource(models.TextChoices):
+    DCGM = "dcgm", "DCGM exporter via Prometheus"
+    SLURM = "slurm", "Slurm accounting (gres/gpuutil, gres/gpumem)"
+
+
+class JobEfficiency(models.Model):
+    """How well a job used its GPUs: running aggregates the collector keeps (jobs/gpu_utilisation.py), never a
+    row per scrape. Mean utilisation is `utilisation_percent_seconds / observed_gpu_seconds`; idle GPU-seconds are
+    the observed seconds a GPU spent under its cluster's threshold.
+
+    `idle_since` is when the GPUs idle now went idle (null while none is); `flagged_at` when the job was
+    flagged (a GPU idle for the cluster's limit; cleared when they work again); `notified_at` when its user was
+    told, once per job. `warned_at` and `ended_at` belong to a project's opt-in to end idle jobs.
+    """
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="efficiency")
+    source = models.CharField(max_length=8, choices=UtilisationSource.choices)
+    observed_gpu_seconds = models.PositiveBigIntegerField(default=0)
+    utilisation_percent_seconds = models.FloatField(default=0)
+    peak_memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    idle_gpu_seconds = models.PositiveBigIntegerField(default=0)
+    idle_gpus = models.PositiveIntegerField(default=0, help_text="GPUs idle at the last reading")
+    idle_since = models.DateTimeField(null=True, blank=True)
+    flagged_at = models.DateTimeField(null=True, blank=True)
+    notified_at = models.DateTimeField(null=True, blank=True)
+    warned_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["flagged_at"], name="job_efficiency_flagged")]
+
+    def __str__(self) -> str:
+        return f"efficiency of {self.job_id}"
+
+    @property
+    def mean_utilisation_percent(self) -> float | None:
+        if not self.observed_gpu_seconds:
+            return None
+        return self.utilisation_percent_seconds / self.observed_gpu_seconds
+
+
+class JobGpuUsage(models.Model):
+    """One GPU of a running job, as the DCGM readings found it: the running aggregates of that GPU and what the
+    idle detector needs (its last reading and since when it has been idle)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="gpu_usage")
+    node = models.CharField(max_length=64)
+    gpu_index = models.PositiveSmallIntegerField()
+    gpu_uuid = models.CharField(max_length=64, blank=True)
+    observed_seconds = models.PositiveIntegerField(default=0)
+    utilisation_percent_seconds = models.FloatField(default=0)
+    peak_memory_mib = models.PositiveIntegerField(default=0)
+    idle_seconds = models.PositiveIntegerField(default=0)
+    idle_since = models.DateTimeField(null=True, blank=True)
+    last_utilisation_percent = models.FloatField(default=0)
+    last_memory_mib = models.PositiveIntegerField(default=0)
+    # Seconds are counted whole: this moves by the seconds counted, so the fractions are carried, not lost.
+    counted_until = models.DateTimeField()
+
+    class Meta:
+        ordering = ["job", "node", "gpu_index"]
+        constraints = [models.UniqueConstraint(fields=["job", "node", "gpu_index"], name="job_gpu_usage_once")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.node}/{self.gpu_index}"
+
+
+class ProjectEfficiencyPolicy(models.Model):
+    """A project's choices about idle GPUs: whether its managers hear of idle jobs too, and whether jobs idle
+    beyond its own limit are ended (after a warning to their owner). Without a row: neither."""
+
+    project = models.OneToOneField("tenants.Project", on_delete=models.CASCADE, related_name="efficiency_policy")
+    notify_managers = models.BooleanField(default=False, help_text="Project managers are told of idle jobs too")
+    end_idle_jobs = models.BooleanField(
+        default=False, help_text="End jobs whose GPUs stay idle beyond the limit below, warning the owner first"
+    )
+    end_after_idle_seconds = models.PositiveIntegerField(
+        default=7200, help_text="A job is ended once a GPU of it has been idle this long"
+    )
+    warning_seconds = models.PositiveIntegerField(default=900, help_text="How long before the end the owner is warned")
+
+    class Meta:
+        verbose_name_plural = "project efficiency policies"
+
+    def __str__(self) -> str:
+        return f"efficiency policy of {self.project}"
 
 
 class JobTemplate(models.Model):

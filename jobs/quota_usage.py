@@ -20,6 +20,7 @@ from django.utils import timezone
 from clusters.models import Cluster
 from clusters.slurm import SlurmClient, SlurmError
 from clusters.slurm.types import AccountingRecord
+from jobs.gpu_utilisation import job_efficiency_from_accounting
 from jobs.job_sync import RESTART_TOLERANCE
 from jobs.models import FINAL_JOB_STATES, Job
 from quotas.models import Allocation, LedgerEntry, LedgerKind, QuotaLimitState
@@ -184,6 +185,7 @@ def _charge_ended(*, cluster: Cluster, client: SlurmClient, now: datetime) -> _C
         gpu_seconds = sum(attempt.gpu_seconds for attempt in attempts)
         if quota_charge(job=job, gpu_seconds=gpu_seconds, now=now, note=charge_note(attempts)):
             charged += 1
+            job_efficiency_from_accounting(job=job, cluster=cluster, record=last, gpu_seconds=gpu_seconds)
     overdue = [job for job in awaiting if job.ended_at is not None and now - job.ended_at > ACCOUNTING_LAG_WARNING]
     if overdue:
         oldest = overdue[0]

@@ -16,7 +16,7 @@ from clusters.clients import slurm_client_for
 from clusters.models import Cluster
 from clusters.services import cluster_unreachable_record
 from clusters.slurm import SlurmError, SlurmRetryableError
-from jobs import database_restores, job_recovery, job_sync, quota_usage
+from jobs import database_restores, gpu_utilisation, job_recovery, job_sync, quota_usage
 from jobs.sync_schedule import clusters_due_for_job_sync, job_sync_slot, quota_usage_collection_due
 from portal import metrics
 
@@ -132,3 +132,24 @@ def cluster_recover(cluster_id: int) -> None:
     """Search the cluster's Slurm for the jobs a restore lost and rebuild them; a repeat finds nothing to do."""
     for recovery in job_recovery.recoveries_open(cluster_id=cluster_id):
         job_recovery.cluster_recovery_search(recovery=recovery, client=slurm_client_for(recovery.cluster))
+
+
+# GPU utilisation -----------------------------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True, soft_time_limit=30, time_limit=60)
+def gpu_utilisation_collect_all() -> None:
+    """Beat's tick: one collection per cluster that has a Prometheus with DCGM series."""
+    clusters = Cluster.objects.filter(is_active=True).exclude(dcgm_prometheus_url="").values_list("pk", flat=True)
+    for cluster_id in clusters:
+        gpu_utilisation_collect.apply_async((cluster_id,), expires=settings.GPU_UTILISATION_INTERVAL_SECONDS)
+
+
+@shared_task(ignore_result=True, soft_time_limit=60, time_limit=90)
+def gpu_utilisation_collect(cluster_id: int) -> None:
+    """Read the cluster's GPUs from Prometheus into its running jobs' aggregates; act on idle jobs."""
+    cluster = Cluster.objects.filter(pk=cluster_id, is_active=True).first()
+    if cluster is None:
+        return
+    with bound_contextvars(cluster=cluster.name):
+        gpu_utilisation.cluster_gpu_utilisation_collect(cluster=cluster)

@@ -59,6 +59,12 @@ JOB_SYNC_DURATION = Histogram(
     ["cluster", "outcome"],
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+GPU_UTILISATION_CYCLE_SECONDS = Histogram(
+    "portal_gpu_utilisation_cycle_seconds",
+    "One collection of a cluster's GPU utilisation from its Prometheus (two queries) into its running jobs",
+    ["cluster"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 SLURMRESTD_REQUESTS = Counter(
     "portal_slurmrestd_requests",
     "HTTP requests to slurmrestd, by cluster, API version, endpoint and method",

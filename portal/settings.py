@@ -200,6 +200,9 @@ JOB_SYNC_SLOT_SECONDS = 120  # a sync slot held by a worker that died is free ag
 # How often beat checks that the database is still its own (not a restored copy) and searches Slurm for the
 # jobs a restore lost while a recovery is open; see jobs/database_restores.py.
 RESTORE_CHECK_INTERVAL_SECONDS = env_int("RESTORE_CHECK_INTERVAL_SECONDS", 30)
+# How often each cluster's GPU utilisation is read from its Prometheus (jobs/gpu_utilisation.py): two queries per
+# cluster and cycle; each reading is averaged over this interval. An idle job is flagged at most this long late.
+GPU_UTILISATION_INTERVAL_SECONDS = env_int("GPU_UTILISATION_INTERVAL_SECONDS", 30)
 CELERY_BEAT_SCHEDULE = {
     "sync-all-clusters": {
         "task": "clusters.tasks.cluster_sync_all",
@@ -225,6 +228,11 @@ CELERY_BEAT_SCHEDULE = {
     "watch-for-restores": {
         "task": "jobs.tasks.database_restore_watch",
         "schedule": RESTORE_CHECK_INTERVAL_SECONDS,
+    },
+    "collect-gpu-utilisation": {
+        "task": "jobs.tasks.gpu_utilisation_collect_all",
+        "schedule": GPU_UTILISATION_INTERVAL_SECONDS,
+        "options": {"expires": GPU_UTILISATION_INTERVAL_SECONDS},
     },
     "finalise-invoices": {
         "task": "billing.tasks.invoices_finalise_due",

@@ -76,3 +76,51 @@ def gunicorn_running(*options: str, environment: dict[str, str], log: Path) -> I
         yield base_url
     finally:
         stop(server)
+
+
+PROMETHEUS = Path("/usr/bin/prometheus")
+DCGM_REPLAY = Path(__file__).resolve().parent.parent / "scripts" / "dcgm_replay.py"
+
+
+@contextmanager
+def dcgm_replay_running(*arguments: str, log: Path) -> Iterator[str]:
+    """scripts/dcgm_replay.py on a free port with these arguments (--node, --assign); yields its host:port."""
+    port = free_port()
+    command = [sys.executable, str(DCGM_REPLAY), f"--listen=127.0.0.1:{port}", *arguments]
+    with log.open("w") as output:
+        exporter = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        wait_until_answers(f"http://127.0.0.1:{port}/metrics", exporter, log, what="the DCGM replay exporter")
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop(exporter)
+
+
+@contextmanager
+def prometheus_running(*targets: str, directory: Path, scrape_seconds: int = 1) -> Iterator[str]:
+    """Debian's Prometheus (`bash scripts/prometheus.sh install`) on a free port, scraping `targets` every
+    `scrape_seconds`, its data and log in `directory`; yields its base URL once it is ready."""
+    if not PROMETHEUS.exists():
+        pytest.fail("no /usr/bin/prometheus: install it with `bash scripts/prometheus.sh install`")
+    port = free_port()
+    config = directory / "prometheus.yml"
+    config.write_text(
+        f"global:\n  scrape_interval: {scrape_seconds}s\n  evaluation_interval: {scrape_seconds}s\n"
+        "scrape_configs:\n  - job_name: dcgm\n    static_configs:\n"
+        f"      - targets: [{', '.join(repr(target) for target in targets)}]\n"
+    )
+    log = directory / "prometheus.log"
+    command = [
+        str(PROMETHEUS),
+        f"--config.file={config}",
+        f"--storage.tsdb.path={directory / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    with log.open("w") as output:
+        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_answers(f"{base_url}/-/ready", server, log, what="Prometheus")
+        yield base_url
+    finally:
+        stop(server)

@@ -158,6 +158,8 @@ class SlurmJob:
     # How often Slurm put the job back in the queue (restart_cnt): after a node failure, a preemption or
     # `scontrol requeue`. The run now pending or running is attempt `restart_count + 1`.
     restart_count: int = 0
+    # The GPU devices it holds on each node, from `gres_detail`: (("gpu01", (0, 1)),); empty when not said.
+    gpu_indices: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,9 @@ class AccountingRecord:
     exit_code: int | None
     nodes: str = ""  # where it ran ("" until it has nodes)
     time_limit_minutes: int | None = None
+    # From the steps' TRES usage (gres/gpuutil, gres/gpumem) where the cluster records it; None: not recorded.
+    gpu_utilisation_percent: float | None = None
+    gpu_memory_peak_bytes: int | None = None
 
     @property
     def gpu_seconds(self) -> int:

@@ -295,3 +295,61 @@ def expand_hostlist(value: str | None) -> tuple[str, ...]:
             for number in range(int(low), int(high) + 1):
                 names.append(f"{prefix}{number:0{len(low)}d}{suffix}")
     return tuple(name for name in names if name)
+
+
+# "gpu:h100:2(IDX:0-1),gpu:h200:4(IDX:2-5)": the device indices after IDX, as ranges and single numbers.
+_GRES_INDICES = re.compile(r"gpu[^(,]*\(IDX:(?P<indices>[^)]*)\)")
+
+
+def gpu_indices_by_node(*, nodes: str, gres_detail: Iterable[str] | None) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Which GPU devices the job holds on each node: `gres_detail` has one entry per node of the job's node list,
+    in order ("gpu:h100:2(IDX:0-1)"); an entry of a type the job does not hold reads "gpu:h200:0(IDX:)".
+
+    Empty when Slurm does not say (pending, ended, or a reply without `gres_detail`)."""
+    details = list(gres_detail or [])
+    names = expand_hostlist(nodes)
+    if not details or len(details) != len(names):
+        return ()
+    held: list[tuple[str, tuple[int, ...]]] = []
+    for name, detail in zip(names, details, strict=True):
+        indices: set[int] = set()
+        for match in _GRES_INDICES.finditer(detail if isinstance(detail, str) else ""):
+            for part in filter(None, match.group("indices").split(",")):
+                low, _, high = part.partition("-")
+                if low.isdigit() and (not high or high.isdigit()):
+                    indices.update(range(int(low), int(high or low) + 1))
+        if indices:
+            held.append((name, tuple(sorted(indices))))
+    return tuple(held)
+
+
+def gpu_usage_in_steps(steps: Iterable[Any]) -> tuple[float | None, int | None]:
+    """The job's GPU utilisation (percent) and peak GPU memory (bytes) from its steps' TRES usage, where Slurm
+    records them: `AccountingStorageTRES` with `gres/gpuutil,gres/gpumem` and an NVML-built gpu plugin make each
+    step carry `gres/gpuutil` and `gres/gpumem` in `tres.requested.{average,max}` (what `sacct` shows as
+    TRESUsageInAve/TRESUsageInMax). None where no step carries them, which is not the same as zero.
+
+    Utilisation is the highest step average (the batch step of a one-step job; the busiest step of several);
+    memory the highest step maximum."""
+    utilisation: float | None = None
+    memory: int | None = None
+    for step in steps:
+        requested = (step.get("tres") or {}).get("requested") if isinstance(step, dict) else None
+        if not isinstance(requested, dict):
+            continue
+        for entry in requested.get("average") or []:
+            value = _gres_usage(entry, "gpuutil")
+            if value is not None:
+                utilisation = float(value) if utilisation is None else max(utilisation, float(value))
+        for entry in requested.get("max") or []:
+            value = _gres_usage(entry, "gpumem")
+            if value is not None:
+                memory = value if memory is None else max(memory, value)
+    return utilisation, memory
+
+
+def _gres_usage(entry: Any, name: str) -> int | None:
+    if not isinstance(entry, dict) or entry.get("type") != "gres" or entry.get("name") != name:
+        return None
+    count = plain_number(entry.get("count"))
+    return count if count is not None and count >= 0 else None

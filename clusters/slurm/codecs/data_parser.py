@@ -10,6 +10,8 @@ from clusters.slurm.codecs.base import (
     Json,
     accounting_nodes,
     expand_hostlist,
+    gpu_indices_by_node,
+    gpu_usage_in_steps,
     gpus_in,
     gpus_in_tres_list,
     messages_from,
@@ -149,6 +151,7 @@ class DataParserCodec(Codec):
             standard_output=standard_output,
             standard_error=standard_error,
             restart_count=plain_number(raw.get("restart_cnt")) or 0,
+            gpu_indices=gpu_indices_by_node(nodes=nodes, gres_detail=_gres_strings(raw.get("gres_detail"))),
         )
 
     def _job_gpus(self, raw: Json) -> tuple[int, str | None]:
@@ -213,6 +216,7 @@ class DataParserCodec(Codec):
         tres = _dict(raw.get("tres"))
         gpus, gpu_type = gpus_in_tres_list(_list(tres.get("allocated")))
         comment = raw.get("comment")
+        gpu_utilisation, gpu_memory = gpu_usage_in_steps(_list(raw.get("steps")))
         return AccountingRecord(
             job_id=int(raw["job_id"]),
             name=_text(raw.get("name")),
@@ -233,6 +237,8 @@ class DataParserCodec(Codec):
             exit_code=shell_exit_code(raw.get("exit_code")) if state.is_finished else None,
             nodes=accounting_nodes(raw.get("nodes")),
             time_limit_minutes=plain_number(time.get("limit")),
+            gpu_utilisation_percent=gpu_utilisation,
+            gpu_memory_peak_bytes=gpu_memory,
         )
 
     # Cluster ----------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from clusters.slurm.codecs.base import (
     Json,
     accounting_nodes,
     expand_hostlist,
+    gpu_indices_by_node,
+    gpu_usage_in_steps,
     gpus_in,
     gpus_in_tres_list,
     messages_from,
@@ -142,6 +144,7 @@ class V0038Codec(Codec):
             standard_output=raw.get("standard_output") or "",
             standard_error=raw.get("standard_error") or "",
             restart_count=plain_number(raw.get("restart_cnt")) or 0,
+            gpu_indices=gpu_indices_by_node(nodes=raw.get("nodes") or "", gres_detail=raw.get("gres_detail")),
         )
 
     def decode_accounting_jobs(self, body: Json) -> list[AccountingRecord]:
@@ -153,6 +156,7 @@ class V0038Codec(Codec):
         gpus, gpu_type = gpus_in_tres_list((raw.get("tres") or {}).get("allocated") or [])
         job_state = JobState.parse(state.get("current"))
         comment = raw.get("comment")
+        gpu_utilisation, gpu_memory = gpu_usage_in_steps(raw.get("steps") or [])
         return AccountingRecord(
             job_id=int(raw["job_id"]),
             name=raw.get("name") or "",
@@ -171,6 +175,8 @@ class V0038Codec(Codec):
             exit_code=_accounting_exit_code(raw.get("exit_code"), job_state),
             nodes=accounting_nodes(raw.get("nodes")),
             time_limit_minutes=plain_number(time.get("limit")),
+            gpu_utilisation_percent=gpu_utilisation,
+            gpu_memory_peak_bytes=gpu_memory,
         )
 
     # Cluster -----------------------------------------------------------------------------------

@@ -1,0 +1,196 @@
+"""GPU utilisation per job and GPU, from DCGM-format series served by scripts/dcgm_replay.py (real H100 readings,
+made-up placement) and scraped by a real Prometheus; idle jobs flagged and their owners told once."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from clusters.models import Cluster
+from clusters.prometheus import gpu_readings
+from jobs.gpu_utilisation import cluster_gpu_utilisation_collect
+from jobs.job_sync import jobs_deliver_queued
+from jobs.models import Job, JobEfficiency, JobGpuUsage, JobState, ProjectEfficiencyPolicy
+from tenants.models import Notification
+from tests.conftest import SentTask, wait_until
+from tests.factories import add_project_member, make_project, make_tenant, make_user
+from tests.jobs.conftest import LiveProject
+from tests.processes import dcgm_replay_running, prometheus_running
+
+# The local cluster's nodes as the replay serves them: on every node GPU 0 and 2 replay the busy trace (99 %),
+# 1 and 3 the idle one (0 %, 21,714 MiB held), the rest the starving loader.
+NODES = ("gpu01:4:h100", "gpu02:4:h100", "gpu03:8:a100", "gpu04:8:a100")
+TRACE_OF_INDEX = {0: "busy", 1: "idle", 2: "busy", 3: "idle"}
+ASSIGNMENTS = [
+    f"--assign={node.split(':')[0]}:{index}={trace}" for node in NODES for index, trace in TRACE_OF_INDEX.items()
+]
+IDLE_MEMORY_MIB = 21714  # tests/data/nvidia-h100/trace-idle.csv: what the open notebook held throughout
+BUSY_PEAK_MEMORY_MIB = 1362  # trace-busy.csv's most
+WINDOW_SECONDS = 5
+
+
+@pytest.fixture(scope="module")
+def dcgm_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The replay exporter for the local cluster's nodes, scraped every second by a Prometheus of its own; yields
+    the Prometheus URL once a window's worth of readings of every GPU is in."""
+    directory = tmp_path_factory.mktemp("dcgm")
+    arguments = [f"--node={node}" for node in NODES] + ASSIGNMENTS
+    with (
+        dcgm_replay_running(*arguments, log=directory / "exporter.log") as exporter,
+        prometheus_running(exporter, directory=directory) as url,
+    ):
+        wait_until(
+            lambda: len(gpu_readings(url=url, window_seconds=1)) == 24,
+            timeout_seconds=60,
+            what="Prometheus scraping 24 GPUs",
+        )
+        yield url
+
+
+@pytest.fixture
+def short_window(settings: Any) -> None:
+    settings.GPU_UTILISATION_INTERVAL_SECONDS = WINDOW_SECONDS
+
+
+def _collect(cluster: Cluster, **kwargs: object) -> object:
+    return cluster_gpu_utilisation_collect(cluster=Cluster.objects.get(pk=cluster.pk), **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_slurm_jobs_gpus_get_their_own_readings(
+    live_project: LiveProject, dcgm_prometheus: str, short_window: None, sent_tasks: list[SentTask]
+) -> None:
+    """A 2-GPU job on the live 22.05 cluster: the sync learns its devices from slurmrestd's gres_detail, and one
+    collection (two queries) gives each of them the readings of that node and index, and no other."""
+    reply = live_project.submit(name="two gpus", gpus=2, script="#!/bin/bash\nsleep 120\n")
+    jobs_deliver_queued(job_id=uuid.UUID(str(reply["id"])))
+    job = live_project.wait_for(reply["id"], lambda job: job.state == JobState.RUNNING and bool(job.gpu_indices))
+    ((node, indices),) = job.gpu_indices.items()
+    assert node in {"gpu01", "gpu02"}
+    assert len(indices) == 2
+
+    Cluster.objects.filter(pk=live_project.cluster.pk).update(dcgm_prometheus_url=dcgm_prometheus)
+    assert job.started_at is not None
+    # As a collection a minute into the job would count it: the window before it, on each GPU.
+    result = _collect(live_project.cluster, now=job.started_at + timedelta(minutes=1))
+    assert (result.queries, result.jobs, result.gpus_read) == (2, 1, 24)  # type: ignore[attr-defined]
+
+    usages = {usage.gpu_index: usage for usage in JobGpuUsage.objects.filter(job=job)}
+    assert set(usages) == set(indices)
+    assert {usage.node for usage in usages.values()} == {node}
+    for index, usage in usages.items():
+        if TRACE_OF_INDEX[index] == "idle":
+            assert (usage.last_utilisation_percent, usage.peak_memory_mib) == (0.0, IDLE_MEMORY_MIB)
+            assert usage.idle_since is not None
+        else:
+            assert usage.last_utilisation_percent > 50
+            assert usage.peak_memory_mib == BUSY_PEAK_MEMORY_MIB
+            assert usage.idle_since is None
+    efficiency = JobEfficiency.objects.get(job=job)
+    assert efficiency.source == "dcgm"
+    assert efficiency.observed_gpu_seconds == 2 * WINDOW_SECONDS
+
+
+def _job(cluster: Cluster, gpu_indices: dict[str, list[int]], *, state: str = JobState.RUNNING) -> Job:
+    """A job of a new project and user, as the sync leaves one running on these GPUs since an hour ago."""
+    project = make_project(make_tenant())
+    user = make_user()
+    add_project_member(project, user)
+    return Job.objects.create(
+        project=project,
+        cluster=cluster,
+        user=user,
+        cluster_username="alice",
+        name="job",
+        partition="h100",
+        gpu_type="h100",
+        gpus=sum(len(indices) for indices in gpu_indices.values()),
+        time_limit_minutes=120,
+        state=state,
+        gpu_indices=gpu_indices,
+        started_at=timezone.now() - timedelta(hours=1),
+    )
+
+
+@pytest.fixture
+def dcgm_cluster(dcgm_prometheus: str, short_window: None) -> Cluster:
+    """A cluster whose jobs are read from the replay: idle means under 10 % for 30 s."""
+    return Cluster.objects.create(
+        name=f"dcgm{uuid.uuid4().hex[:6]}",
+        slurmrestd_url="http://127.0.0.1:9",
+        jwt_key_file="/nonexistent",
+        log_root="/tmp/dcgm-logs",
+        dcgm_prometheus_url=dcgm_prometheus,
+        idle_gpu_threshold_percent=10,
+        idle_gpu_after_seconds=30,
+    )
+
+
+@pytest.mark.django_db
+def test_readings_reach_the_right_job_and_gpu(dcgm_cluster: Cluster) -> None:
+    busy = _job(dcgm_cluster, {"gpu02": [0]})
+    idle = _job(dcgm_cluster, {"gpu02": [1]})
+    half = _job(dcgm_cluster, {"gpu01": [2, 3]})
+    unseen = _job(dcgm_cluster, {"gpu09": [0]})  # no series for this node
+    ended = _job(dcgm_cluster, {"gpu01": [0]}, state=JobState.COMPLETED)
+
+    result = _collect(dcgm_cluster)
+
+    assert (result.queries, result.jobs) == (2, 4)  # type: ignore[attr-defined]
+    readings = {
+        (usage.job_id, usage.node, usage.gpu_index): (usage.last_utilisation_percent > 50, usage.last_memory_mib)
+        for usage in JobGpuUsage.objects.all()
+    }
+    assert readings == {
+        (busy.pk, "gpu02", 0): (True, BUSY_PEAK_MEMORY_MIB),
+        (idle.pk, "gpu02", 1): (False, IDLE_MEMORY_MIB),
+        (half.pk, "gpu01", 2): (True, BUSY_PEAK_MEMORY_MIB),
+        (half.pk, "gpu01", 3): (False, IDLE_MEMORY_MIB),
+    }
+    assert not JobEfficiency.objects.filter(job__in=[unseen, ended]).exists()
+    half_efficiency = JobEfficiency.objects.get(job=half)
+    assert (half_efficiency.idle_gpus, half_efficiency.idle_gpu_seconds) == (1, WINDOW_SECONDS)
+    assert half_efficiency.peak_memory_mib == IDLE_MEMORY_MIB
+
+
+@pytest.mark.django_db
+def test_an_idle_job_is_flagged_once_its_limit_passes_and_its_owner_told_once(dcgm_cluster: Cluster) -> None:
+    idle = _job(dcgm_cluster, {"gpu02": [1]})
+    busy = _job(dcgm_cluster, {"gpu02": [0]})
+    manager = make_user()
+    add_project_member(idle.project, manager, "manager")
+    ProjectEfficiencyPolicy.objects.create(project=idle.project, notify_managers=True)
+    start = timezone.now()
+
+    _collect(dcgm_cluster, now=start)  # idle since start - 5 s: 5 s of the 30 s limit
+    assert JobEfficiency.objects.get(job=idle).flagged_at is None
+    assert not Notification.objects.exists()
+
+    moments = [start + timedelta(seconds=seconds) for seconds in (5, 10, 15, 20, 25, 30, 35)]
+    for moment in moments:
+        _collect(dcgm_cluster, now=moment)
+
+    efficiency = JobEfficiency.objects.get(job=idle)
+    # Idle from start - 5 s; the reading at start + 25 s is the first with 30 s behind it.
+    assert efficiency.flagged_at == start + timedelta(seconds=25)
+    assert efficiency.idle_gpu_seconds == 40
+    assert JobEfficiency.objects.get(job=busy).flagged_at is None
+    notices = list(Notification.objects.order_by("user_id").values_list("user_id", "kind", "link"))
+    assert notices == sorted(
+        [(idle.user_id, "job.gpu_idle", f"/jobs/{idle.pk}/"), (manager.pk, "job.gpu_idle", f"/jobs/{idle.pk}/")]
+    )
+
+
+@pytest.mark.django_db
+def test_the_manager_is_told_only_where_the_project_asks(dcgm_cluster: Cluster) -> None:
+    idle = _job(dcgm_cluster, {"gpu03": [1]})
+    add_project_member(idle.project, make_user(), "manager")
+    start = timezone.now()
+    for seconds in range(0, 45, 5):
+        _collect(dcgm_cluster, now=start + timedelta(seconds=seconds))
+    assert list(Notification.objects.values_list("user_id", flat=True)) == [idle.user_id]
