@@ -34,9 +34,10 @@ def _minutes(seconds: float) -> str:
 
 def _idle_words(job: Job, efficiency: JobEfficiency, *, now: datetime) -> str:
     assert efficiency.idle_since is not None
+    idle_for = _minutes((now - efficiency.idle_since).total_seconds())
     return (
         f"{efficiency.idle_gpus} of its {job.gpus} GPU(s) on {job.cluster.name} have been under "
-        f"{job.cluster.idle_gpu_threshold_percent}% utilisation for {_minutes((now - efficiency.idle_since).total_seconds())}"
+        f"{job.cluster.idle_gpu_threshold_percent}% utilisation for {idle_for}"
     )
 
 
@@ -94,11 +95,17 @@ def idle_jobs_end_opted_in(*, cluster: Cluster, now: datetime) -> list[uuid.UUID
             idle_since__isnull=False,
             ended_at__isnull=True,
             job__project__efficiency_policy__end_idle_jobs=True,
-        ).values_list("job_id", "idle_since", "job__project__efficiency_policy__end_after_idle_seconds",
-                      "job__project__efficiency_policy__warning_seconds", "warned_at")
+        ).values_list(
+            "job_id",
+            "idle_since",
+            "job__project__efficiency_policy__end_after_idle_seconds",
+            "job__project__efficiency_policy__warning_seconds",
+            "warned_at",
+        )
     )
     ended: list[uuid.UUID] = []
     for job_id, idle_since, limit_seconds, warning_seconds, warned_at in candidates:
+        assert idle_since is not None
         idle_seconds = (now - idle_since).total_seconds()
         if warned_at is None and idle_seconds >= max(limit_seconds - warning_seconds, 0):
             _warn(job_id=job_id, now=now, limit_seconds=limit_seconds)

@@ -149,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     registry.register(ReplayCollector(gpus, traces, args.window))
     host, _, port = args.listen.rpartition(":")
     server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
-    print(f"dcgm_replay: {len(gpus)} GPUs on {len(nodes)} nodes at http://{host}:{server.server_port}/metrics", flush=True)
+    print(
+        f"dcgm_replay: {len(gpus)} GPUs on {len(nodes)} nodes at http://{host}:{server.server_port}/metrics", flush=True
+    )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while True:
         time.sleep(3600)

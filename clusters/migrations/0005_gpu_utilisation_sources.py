@@ -4,30 +4,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('clusters', '0004_directory_posix_usernames'),
+        ("clusters", "0004_directory_posix_usernames"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='cluster',
-            name='dcgm_prometheus_url',
-            field=models.URLField(blank=True, help_text="A Prometheus that scrapes NVIDIA's DCGM exporter on this cluster's nodes (e.g. http://prometheus:9090); empty: no DCGM readings"),
+            model_name="cluster",
+            name="dcgm_prometheus_url",
+            field=models.URLField(
+                blank=True,
+                help_text="A Prometheus that scrapes NVIDIA's DCGM exporter on this cluster's nodes (e.g. http://prometheus:9090); empty: no DCGM readings",
+            ),
         ),
         migrations.AddField(
-            model_name='cluster',
-            name='idle_gpu_after_seconds',
-            field=models.PositiveIntegerField(default=1800, help_text='A running job is flagged once a GPU of it has been idle this long'),
+            model_name="cluster",
+            name="idle_gpu_after_seconds",
+            field=models.PositiveIntegerField(
+                default=1800, help_text="A running job is flagged once a GPU of it has been idle this long"
+            ),
         ),
         migrations.AddField(
-            model_name='cluster',
-            name='idle_gpu_threshold_percent',
-            field=models.PositiveSmallIntegerField(default=10, help_text='A GPU whose utilisation stays under this is idle'),
+            model_name="cluster",
+            name="idle_gpu_threshold_percent",
+            field=models.PositiveSmallIntegerField(
+                default=10, help_text="A GPU whose utilisation stays under this is idle"
+            ),
         ),
         migrations.AddField(
-            model_name='cluster',
-            name='slurm_gpu_accounting',
-            field=models.BooleanField(default=False, help_text="Slurm's accounting records gres/gpuutil and gres/gpumem (AccountingStorageTRES with an NVML-built gpu plugin): finished jobs take their utilisation from it where DCGM gave none"),
+            model_name="cluster",
+            name="slurm_gpu_accounting",
+            field=models.BooleanField(
+                default=False,
+                help_text="Slurm's accounting records gres/gpuutil and gres/gpumem (AccountingStorageTRES with an NVML-built gpu plugin): finished jobs take their utilisation from it where DCGM gave none",
+            ),
         ),
     ]

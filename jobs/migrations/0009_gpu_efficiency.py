@@ -6,73 +6,121 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0008_job_request_id'),
-        ('tenants', '0005_audit_event_request_id'),
+        ("jobs", "0008_job_request_id"),
+        ("tenants", "0005_audit_event_request_id"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='gpu_indices',
+            model_name="job",
+            name="gpu_indices",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.CreateModel(
-            name='JobEfficiency',
+            name="JobEfficiency",
             fields=[
-                ('job', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='efficiency', serialize=False, to='jobs.job')),
-                ('source', models.CharField(choices=[('dcgm', 'DCGM exporter via Prometheus'), ('slurm', 'Slurm accounting (gres/gpuutil, gres/gpumem)')], max_length=8)),
-                ('observed_gpu_seconds', models.PositiveBigIntegerField(default=0)),
-                ('utilisation_percent_seconds', models.FloatField(default=0)),
-                ('peak_memory_mib', models.PositiveIntegerField(blank=True, null=True)),
-                ('idle_gpu_seconds', models.PositiveBigIntegerField(default=0)),
-                ('idle_gpus', models.PositiveIntegerField(default=0, help_text='GPUs idle at the last reading')),
-                ('idle_since', models.DateTimeField(blank=True, null=True)),
-                ('flagged_at', models.DateTimeField(blank=True, null=True)),
-                ('notified_at', models.DateTimeField(blank=True, null=True)),
-                ('warned_at', models.DateTimeField(blank=True, null=True)),
-                ('ended_at', models.DateTimeField(blank=True, null=True)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "job",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="efficiency",
+                        serialize=False,
+                        to="jobs.job",
+                    ),
+                ),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("dcgm", "DCGM exporter via Prometheus"),
+                            ("slurm", "Slurm accounting (gres/gpuutil, gres/gpumem)"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                ("observed_gpu_seconds", models.PositiveBigIntegerField(default=0)),
+                ("utilisation_percent_seconds", models.FloatField(default=0)),
+                ("peak_memory_mib", models.PositiveIntegerField(blank=True, null=True)),
+                ("idle_gpu_seconds", models.PositiveBigIntegerField(default=0)),
+                ("idle_gpus", models.PositiveIntegerField(default=0, help_text="GPUs idle at the last reading")),
+                ("idle_since", models.DateTimeField(blank=True, null=True)),
+                ("flagged_at", models.DateTimeField(blank=True, null=True)),
+                ("notified_at", models.DateTimeField(blank=True, null=True)),
+                ("warned_at", models.DateTimeField(blank=True, null=True)),
+                ("ended_at", models.DateTimeField(blank=True, null=True)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'indexes': [models.Index(fields=['flagged_at'], name='job_efficiency_flagged')],
+                "indexes": [models.Index(fields=["flagged_at"], name="job_efficiency_flagged")],
             },
         ),
         migrations.CreateModel(
-            name='ProjectEfficiencyPolicy',
+            name="ProjectEfficiencyPolicy",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('notify_managers', models.BooleanField(default=False, help_text='Project managers are told of idle jobs too')),
-                ('end_idle_jobs', models.BooleanField(default=False, help_text='End jobs whose GPUs stay idle beyond the limit below, warning the owner first')),
-                ('end_after_idle_seconds', models.PositiveIntegerField(default=7200, help_text='A job is ended once a GPU of it has been idle this long')),
-                ('warning_seconds', models.PositiveIntegerField(default=900, help_text='How long before the end the owner is warned')),
-                ('project', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='efficiency_policy', to='tenants.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "notify_managers",
+                    models.BooleanField(default=False, help_text="Project managers are told of idle jobs too"),
+                ),
+                (
+                    "end_idle_jobs",
+                    models.BooleanField(
+                        default=False,
+                        help_text="End jobs whose GPUs stay idle beyond the limit below, warning the owner first",
+                    ),
+                ),
+                (
+                    "end_after_idle_seconds",
+                    models.PositiveIntegerField(
+                        default=7200, help_text="A job is ended once a GPU of it has been idle this long"
+                    ),
+                ),
+                (
+                    "warning_seconds",
+                    models.PositiveIntegerField(default=900, help_text="How long before the end the owner is warned"),
+                ),
+                (
+                    "project",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="efficiency_policy",
+                        to="tenants.project",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'project efficiency policies',
+                "verbose_name_plural": "project efficiency policies",
             },
         ),
         migrations.CreateModel(
-            name='JobGpuUsage',
+            name="JobGpuUsage",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('node', models.CharField(max_length=64)),
-                ('gpu_index', models.PositiveSmallIntegerField()),
-                ('gpu_uuid', models.CharField(blank=True, max_length=64)),
-                ('observed_seconds', models.PositiveIntegerField(default=0)),
-                ('utilisation_percent_seconds', models.FloatField(default=0)),
-                ('peak_memory_mib', models.PositiveIntegerField(default=0)),
-                ('idle_seconds', models.PositiveIntegerField(default=0)),
-                ('idle_since', models.DateTimeField(blank=True, null=True)),
-                ('last_utilisation_percent', models.FloatField(default=0)),
-                ('last_memory_mib', models.PositiveIntegerField(default=0)),
-                ('counted_until', models.DateTimeField()),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='gpu_usage', to='jobs.job')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("node", models.CharField(max_length=64)),
+                ("gpu_index", models.PositiveSmallIntegerField()),
+                ("gpu_uuid", models.CharField(blank=True, max_length=64)),
+                ("observed_seconds", models.PositiveIntegerField(default=0)),
+                ("utilisation_percent_seconds", models.FloatField(default=0)),
+                ("peak_memory_mib", models.PositiveIntegerField(default=0)),
+                ("idle_seconds", models.PositiveIntegerField(default=0)),
+                ("idle_since", models.DateTimeField(blank=True, null=True)),
+                ("last_utilisation_percent", models.FloatField(default=0)),
+                ("last_memory_mib", models.PositiveIntegerField(default=0)),
+                ("counted_until", models.DateTimeField()),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="gpu_usage", to="jobs.job"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['job', 'node', 'gpu_index'],
-                'constraints': [models.UniqueConstraint(fields=('job', 'node', 'gpu_index'), name='job_gpu_usage_once')],
+                "ordering": ["job", "node", "gpu_index"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("job", "node", "gpu_index"), name="job_gpu_usage_once")
+                ],
             },
         ),
     ]

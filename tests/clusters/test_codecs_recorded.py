@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from datetime import UTC, datetime
@@ -207,6 +208,7 @@ def test_running_gpu_job_reads_as_a_human_reads_it() -> None:
         standard_output="/home/jbeck/slurm-5557.out",
         # 25.11 leaves the stderr path blank: it goes to stdout.
         standard_error="/home/jbeck/slurm-5557.out",
+        gpu_indices=(("gpu2", (0, 1, 2, 3)),),  # gres_detail "gpu:h100:4(IDX:0-3)"
     )
 
 
@@ -1003,3 +1005,55 @@ def test_fields_the_decoders_read_are_in_the_versions_schema(version: str) -> No
     expanded = _schema_at(version, "openapi_job_info_resp", "jobs[].stdout_expanded")
     assert (expanded is not None) is (version >= "0.0.43")
     assert (_schema_at(version, "openapi_partition_resp", "partitions[].flags") is not None) is (version == "0.0.45")
+
+
+# GPU devices and GPU usage (jobs/gpu_utilisation.py) --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("relative", "gpu_indices"),
+    [
+        ("25.11/0.0.44/slurm-job-gpus-running", (("gpu2", (0, 1, 2, 3)),)),
+        # Two types on one node: the devices of both, by index
+        ("24.11/0.0.42/slurm-job-gpus-running", (("ia1", (0, 1, 2, 3, 4, 5)),)),
+        # One gres_detail entry per node of the node list, in its order; "gpu:h200:0(IDX:)" holds none
+        ("24.11/0.0.42/slurm-job-gpus-per-node", (("ia1", (0,)), ("ia2", (0,)))),
+        ("24.05/0.0.41/slurm-job-gpus-multi-nodes", (("gpu1", (0, 1, 2, 3)), ("gpu2", (0, 1, 2, 3)))),
+        ("24.11/0.0.42/slurm-job-gpus-multi-types", (("ia1", (0, 2)),)),
+        ("24.11/0.0.42/slurm-job-gpus-per-socket", (("ia1", (0, 1)),)),
+        # Nothing held: pending, or ended (gres_detail is gone)
+        ("25.11/0.0.44/slurm-job-gpus-pending", ()),
+        ("25.11/0.0.44/slurm-job-gpus-completed", ()),
+        ("25.11/0.0.44/slurm-job-running", ()),
+    ],
+)
+def test_gpu_devices_a_job_holds(relative: str, gpu_indices: tuple[tuple[str, tuple[int, ...]], ...]) -> None:
+    assert _only_job(relative).gpu_indices == gpu_indices
+
+
+@pytest.mark.parametrize(
+    "relative", sorted(_recorded_id(path) for path in RECORDED_FILES if "slurmdb-job-" in path.name)
+)
+def test_recorded_accounting_has_no_gpu_usage_and_none_is_invented(relative: str) -> None:
+    """None of the recording clusters recorded gres/gpuutil or gres/gpumem (no NVML there): their steps' TRES
+    usage lists are empty, and the codec reports "not recorded", not 0 %."""
+    codec = codec_for(relative.split("/")[1])
+    for record in codec.decode_accounting_jobs(_load(relative)):
+        assert (record.gpu_utilisation_percent, record.gpu_memory_peak_bytes) == (None, None)
+
+
+@pytest.mark.parametrize("version", DATA_PARSER_VERSIONS)
+def test_gpu_usage_from_the_steps_tres_usage(version: str) -> None:
+    # The recorded reply's steps, with the usage entries slurmdbd adds where AccountingStorageTRES has
+    # gres/gpuutil,gres/gpumem and the gpu plugin reads NVML (sacct: TRESUsageInAve gres/gpuutil=.., TRESUsageInMax
+    # gres/gpumem=..): the batch step mostly idle, a second step busier; memory is bytes.
+    body = _load("25.11/0.0.44/slurmdb-job-gpus-completed")
+    steps = body["jobs"][0]["steps"]
+    steps.append(copy.deepcopy(steps[0]))  # the recorded job has its batch step only: a second, as srun adds
+    steps[0]["tres"]["requested"]["average"] += [{"type": "gres", "name": "gpuutil", "id": 1003, "count": 4}]
+    steps[0]["tres"]["requested"]["max"] += [{"type": "gres", "name": "gpumem", "id": 1004, "count": 22_768_582_656}]
+    steps[1]["tres"]["requested"]["average"] += [{"type": "gres", "name": "gpuutil", "id": 1003, "count": 61}]
+    steps[1]["tres"]["requested"]["max"] += [{"type": "gres", "name": "gpumem", "id": 1004, "count": 1_428_160_512}]
+
+    (record,) = codec_for(version).decode_accounting_jobs(body)
+    assert (record.gpu_utilisation_percent, record.gpu_memory_peak_bytes) == (61.0, 22_768_582_656)
