@@ -22,12 +22,14 @@ from rest_framework.views import APIView
 
 from jobs import job_services
 from jobs.job_services import JobRequest
-from jobs.models import Job, JobState, JobTemplate
+from jobs.models import Job, JobEfficiency, JobState, JobTemplate
 from jobs.reasons import pending_reason_text
 from jobs.selectors import (
     JobAction,
     job_detail_load,
+    job_efficiency_of,
     job_get_for_user,
+    job_is_gpu_idle,
     job_list_for_user,
     job_template_get_for_user,
     job_template_list_for_user,
@@ -59,6 +61,40 @@ class JobTransitionOutput(serializers.Serializer[Any]):
     detail = serializers.CharField()
 
 
+class JobGpuUsageOutput(serializers.Serializer[Any]):
+    node = serializers.CharField()
+    gpu_index = serializers.IntegerField(help_text="The device's index on its node, as Slurm and DCGM number it")
+    gpu_uuid = serializers.CharField()
+    mean_utilisation_percent = serializers.SerializerMethodField()
+    last_utilisation_percent = serializers.FloatField()
+    peak_memory_mib = serializers.IntegerField()
+    idle_seconds = serializers.IntegerField()
+    idle_since = serializers.DateTimeField(allow_null=True)
+
+    def get_mean_utilisation_percent(self, usage: Any) -> float | None:
+        return round(usage.utilisation_percent_seconds / usage.observed_seconds, 1) if usage.observed_seconds else None
+
+
+class JobEfficiencyOutput(serializers.Serializer[Any]):
+    utilisation_source = serializers.CharField(
+        source="source", help_text="dcgm (DCGM exporter via Prometheus) or slurm (Slurm's accounting)"
+    )
+    mean_utilisation_percent = serializers.SerializerMethodField()
+    peak_memory_mib = serializers.IntegerField(allow_null=True)
+    observed_gpu_seconds = serializers.IntegerField()
+    idle_gpu_seconds = serializers.IntegerField(help_text="GPU-seconds under the cluster's idle threshold")
+    idle_gpus = serializers.IntegerField(help_text="GPUs idle at the last reading")
+    idle_since = serializers.DateTimeField(allow_null=True)
+    flagged_at = serializers.DateTimeField(allow_null=True, help_text="When a GPU had been idle for the limit")
+    notified_at = serializers.DateTimeField(allow_null=True)
+    warned_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True, help_text="When the project's idle policy ended it")
+
+    def get_mean_utilisation_percent(self, efficiency: JobEfficiency) -> float | None:
+        mean = efficiency.mean_utilisation_percent
+        return None if mean is None else round(mean, 1)
+
+
 class JobOutput(serializers.Serializer[Any]):
     id = serializers.UUIDField()
     project = serializers.SerializerMethodField(help_text="tenant/project")
@@ -88,7 +124,11 @@ class JobOutput(serializers.Serializer[Any]):
     started_at = serializers.DateTimeField(allow_null=True)
     ended_at = serializers.DateTimeField(allow_null=True)
     updated_at = serializers.DateTimeField()
+    gpu_idle = serializers.SerializerMethodField(help_text="Running with a GPU idle for its cluster's limit")
     links = serializers.SerializerMethodField()
+
+    def get_gpu_idle(self, job: Job) -> bool:
+        return job_is_gpu_idle(job)
 
     def get_project(self, job: Job) -> str:
         return f"{job.project.tenant.slug}/{job.project.slug}"
@@ -120,14 +160,34 @@ class JobDetailOutput(JobOutput):
     stdout_path = serializers.CharField()
     stderr_path = serializers.CharField()
     transitions = JobTransitionOutput(many=True)
+    gpu_indices = serializers.DictField(
+        child=serializers.ListField(child=serializers.IntegerField()), help_text='GPU devices per node: {"gpu01": [0]}'
+    )
+    efficiency = serializers.SerializerMethodField(help_text="GPU utilisation and idle time; null: not measured")
+    gpus_used = JobGpuUsageOutput(source="gpu_usage", many=True, help_text="Each GPU as DCGM read it")
+
+    @extend_schema_field(JobEfficiencyOutput(allow_null=True))
+    def get_efficiency(self, job: Job) -> dict[str, Any] | None:
+        efficiency = job_efficiency_of(job)
+        return None if efficiency is None else dict(JobEfficiencyOutput(efficiency).data)
 
 
 class JobSubmitOutput(JobDetailOutput):
     transitions = serializers.SerializerMethodField()  # type: ignore[assignment]  # from memory, see post()
+    gpus_used = serializers.SerializerMethodField()  # type: ignore[assignment]
     estimate = serializers.SerializerMethodField(
         help_text="The most the job can cost and what it leaves of the allocation, as POST /api/v1/estimates/ "
         "answers it (EstimateOutput); null when the portal bills nothing"
     )
+
+    def get_gpu_idle(self, job: Job) -> bool:
+        return False  # just accepted: nothing measured yet, and no query spent on it
+
+    def get_efficiency(self, job: Job) -> dict[str, Any] | None:
+        return None
+
+    def get_gpus_used(self, job: Job) -> list[dict[str, Any]]:
+        return []
 
     def get_estimate(self, job: Job) -> dict[str, Any] | None:
         estimate: dict[str, Any] | None = self.context.get("estimate")

@@ -17,7 +17,7 @@ from clusters.selectors import (
     submission_target_from,
     submission_target_parameters,
 )
-from jobs.models import ACTIVE_JOB_STATES, Job, JobTemplate, JobTransition
+from jobs.models import ACTIVE_JOB_STATES, Job, JobEfficiency, JobGpuUsage, JobState, JobTemplate, JobTransition
 from tenants.models import SUBMITTING_PROJECT_ROLES, Project, ProjectMembership, Tenant
 from tenants.selectors import (
     AnyUser,
@@ -41,15 +41,16 @@ def job_list_for_user(*, user: AnyUser) -> QuerySet[Job]:
     """Jobs in projects the user may view, newest first, with what a list row shows joined in."""
     if not user.is_authenticated:
         return Job.objects.none()
-    jobs = Job.objects.select_related("project__tenant", "cluster", "user").order_by("-created_at", "-id")
+    jobs = Job.objects.select_related("project__tenant", "cluster", "user", "efficiency").order_by("-created_at", "-id")
     if is_portal_admin(user):
         return jobs
     return jobs.filter(project__in=project_list_for_user(user=user).values("pk"))
 
 
 def _job_details() -> QuerySet[Job]:
-    return Job.objects.select_related("project__tenant", "cluster", "user").prefetch_related(
-        Prefetch("transitions", queryset=JobTransition.objects.order_by("id"))
+    return Job.objects.select_related("project__tenant", "cluster", "user", "efficiency").prefetch_related(
+        Prefetch("transitions", queryset=JobTransition.objects.order_by("id")),
+        Prefetch("gpu_usage", queryset=JobGpuUsage.objects.order_by("node", "gpu_index")),
     )
 
 
@@ -241,3 +242,20 @@ def job_list_own_for_user(*, user: AnyUser, active: bool) -> QuerySet[Job]:
     if active:
         return jobs.filter(state__in=list(ACTIVE_JOB_STATES))
     return jobs.exclude(state__in=list(ACTIVE_JOB_STATES))
+
+
+# GPU efficiency -----------------------------------------------------------------------------------------
+
+
+def job_efficiency_of(job: Job) -> JobEfficiency | None:
+    """The job's GPU efficiency figures, if anything measured it (from `select_related("efficiency")`)."""
+    try:
+        return job.efficiency
+    except JobEfficiency.DoesNotExist:
+        return None
+
+
+def job_is_gpu_idle(job: Job) -> bool:
+    """Flagged now: running, with a GPU idle for its cluster's limit."""
+    efficiency = job_efficiency_of(job)
+    return job.state == JobState.RUNNING and efficiency is not None and efficiency.flagged_at is not None

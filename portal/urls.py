@@ -21,6 +21,7 @@ urlpatterns = [
     path("api/v1/", include("billing.api_urls")),
     path("api/v1/", include("billing.estimate_apis")),
     path("api/v1/", include("billing.reconciliation_apis")),
+    path("api/v1/", include("billing.efficiency_apis")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("healthz", healthz, name="healthz"),

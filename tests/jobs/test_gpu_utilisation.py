@@ -6,11 +6,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from django.utils import timezone
 
+from billing.efficiency import job_waste_for
+from billing.rates import rate_create
 from clusters.models import Cluster
 from clusters.prometheus import gpu_readings
 from jobs.gpu_utilisation import cluster_gpu_utilisation_collect
@@ -179,6 +182,18 @@ def test_an_idle_job_is_flagged_once_its_limit_passes_and_its_owner_told_once(dc
     # Idle from start - 5 s; the reading at start + 25 s is the first with 30 s behind it.
     assert efficiency.flagged_at == start + timedelta(seconds=25)
     assert efficiency.idle_gpu_seconds == 40
+    # Priced at the job's rate: 40 idle GPU-seconds x 3.60 per GPU-hour = 0.04, exactly.
+    rate_create(
+        actor=None,
+        cluster=dcgm_cluster,
+        gpu_type="h100",
+        price_per_gpu_hour=Decimal("3.60"),
+        currency="EUR",
+        valid_from=start - timedelta(days=1),
+    )
+    waste = job_waste_for(Job.objects.get(pk=idle.pk))
+    assert waste is not None
+    assert waste.idle_cost == Decimal(40) * Decimal("3.60") / 3600 == Decimal("0.04")
     assert JobEfficiency.objects.get(job=busy).flagged_at is None
     notices = list(Notification.objects.order_by("user_id").values_list("user_id", "kind", "link"))
     assert notices == sorted(

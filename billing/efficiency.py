@@ -1,0 +1,255 @@
+"""GPU efficiency in money: what a job's idle GPU-hours cost at its rate, and the monthly efficiency report of a
+project, a tenant or every tenant (idle GPU-hours, their cost, the worst jobs, what ending idle jobs saved).
+
+Who may read a report is who may read that scope's spend (billing.spend.spend_scope_for_user): a tenant's its
+admins and portal admins, a project's its managers as well, every tenant's portal admins only.
+A job belongs to the month it started in. Costs are kept to the micro-unit per job and rounded once per figure
+in billing.money.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+from django.db.models import QuerySet
+
+from billing.models import Rate
+from billing.money import SECONDS_PER_HOUR, amount_due, usage_cost
+from billing.rates import RateBook
+from billing.spend import SpendScope
+from jobs.models import Job, JobEfficiency
+
+WORST_JOBS = 10
+
+
+@dataclass(frozen=True)
+class JobWaste:
+    """One job's GPU efficiency and what its idle GPU-hours cost at its rate (None: no rate prices it)."""
+
+    job: Job
+    efficiency: JobEfficiency
+    rate: Rate | None
+    idle_cost: Decimal | None  # micro-unit
+    saved_gpu_seconds: int  # by the project's idle policy ending it before its time limit
+    saved_cost: Decimal | None
+
+    @property
+    def currency(self) -> str:
+        return self.rate.currency if self.rate is not None else ""
+
+    @property
+    def idle_amount(self) -> Decimal | None:
+        return None if self.idle_cost is None else amount_due(amount=self.idle_cost, currency=self.currency)
+
+    @property
+    def idle_gpu_hours(self) -> Decimal:
+        return gpu_hours(self.efficiency.idle_gpu_seconds)
+
+
+def gpu_hours(gpu_seconds: int) -> Decimal:
+    return (Decimal(gpu_seconds) / SECONDS_PER_HOUR).quantize(Decimal("0.01"))
+
+
+def job_waste(*, job: Job, efficiency: JobEfficiency, rates: RateBook) -> JobWaste:
+    """The job's idle GPU-seconds priced at the rate in force when it started (the rate its usage is charged at
+    for that moment): idle GPU-seconds x price per GPU-hour, to the micro-unit."""
+    rate = rates.in_force(cluster_id=job.cluster_id, gpu_type=job.gpu_type, at=job.started_at or job.created_at)
+    saved = _saved_gpu_seconds(job, efficiency)
+    if rate is None:
+        return JobWaste(
+            job=job, efficiency=efficiency, rate=None, idle_cost=None, saved_gpu_seconds=saved, saved_cost=None
+        )
+    price = rate.price_per_gpu_hour
+    return JobWaste(
+        job=job,
+        efficiency=efficiency,
+        rate=rate,
+        idle_cost=usage_cost(gpu_seconds=efficiency.idle_gpu_seconds, price_per_gpu_hour=price),
+        saved_gpu_seconds=saved,
+        saved_cost=usage_cost(gpu_seconds=saved, price_per_gpu_hour=price),
+    )
+
+
+def _saved_gpu_seconds(job: Job, efficiency: JobEfficiency) -> int:
+    """What a job ended for idling did not burn: the rest of its time limit, on all its GPUs."""
+    if efficiency.ended_at is None or job.started_at is None:
+        return 0
+    ended = job.ended_at or efficiency.ended_at
+    limit_end = job.started_at + timedelta(minutes=job.time_limit_minutes)
+    return max(int((limit_end - ended).total_seconds()), 0) * job.gpus
+
+
+def job_waste_for(job: Job) -> JobWaste | None:
+    """One job's figures, for its page and its API; None when nothing measured it."""
+    efficiency = JobEfficiency.objects.filter(job=job).first()
+    if efficiency is None:
+        return None
+    return job_waste(job=job, efficiency=efficiency, rates=RateBook.for_clusters([job.cluster_id]))
+
+
+# Monthly report -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ScopeTotals:
+    """The figures of a set of jobs: per currency for money."""
+
+    jobs: int = 0
+    observed_gpu_seconds: int = 0
+    utilisation_percent_seconds: float = 0.0
+    idle_gpu_seconds: int = 0
+    saved_gpu_seconds: int = 0
+    ended_for_idling: int = 0
+    idle_costs: dict[str, Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+    saved_costs: dict[str, Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+
+    def add(self, waste: JobWaste) -> None:
+        efficiency = waste.efficiency
+        self.jobs += 1
+        self.observed_gpu_seconds += efficiency.observed_gpu_seconds
+        self.utilisation_percent_seconds += efficiency.utilisation_percent_seconds
+        self.idle_gpu_seconds += efficiency.idle_gpu_seconds
+        self.saved_gpu_seconds += waste.saved_gpu_seconds
+        self.ended_for_idling += efficiency.ended_at is not None
+        if waste.idle_cost is not None:
+            self.idle_costs[waste.currency] += waste.idle_cost
+        if waste.saved_cost is not None:
+            self.saved_costs[waste.currency] += waste.saved_cost
+
+    @property
+    def mean_utilisation_percent(self) -> float | None:
+        if not self.observed_gpu_seconds:
+            return None
+        return round(self.utilisation_percent_seconds / self.observed_gpu_seconds, 1)
+
+    @property
+    def idle_gpu_hours(self) -> Decimal:
+        return gpu_hours(self.idle_gpu_seconds)
+
+    @property
+    def saved_gpu_hours(self) -> Decimal:
+        return gpu_hours(self.saved_gpu_seconds)
+
+    @property
+    def idle_amounts(self) -> dict[str, Decimal]:
+        return {
+            currency: amount_due(amount=cost, currency=currency) for currency, cost in sorted(self.idle_costs.items())
+        }
+
+    @property
+    def saved_amounts(self) -> dict[str, Decimal]:
+        return {
+            currency: amount_due(amount=cost, currency=currency) for currency, cost in sorted(self.saved_costs.items())
+        }
+
+
+@dataclass
+class EfficiencyReport:
+    scope: SpendScope
+    month: date
+    totals: ScopeTotals
+    by_group: dict[str, ScopeTotals]  # per project (a project's or tenant's report) or per tenant (every tenant's)
+    worst: list[JobWaste]
+    jobs: list[JobWaste]
+
+
+def month_bounds(month: date) -> tuple[datetime, datetime]:
+    start = datetime(month.year, month.month, 1, tzinfo=UTC)
+    following = datetime(month.year + (month.month == 12), month.month % 12 + 1, 1, tzinfo=UTC)
+    return start, following
+
+
+def _measured_in(scope: SpendScope, month: date) -> QuerySet[JobEfficiency]:
+    start, end = month_bounds(month)
+    found = JobEfficiency.objects.filter(job__started_at__gte=start, job__started_at__lt=end).select_related(
+        "job__project__tenant", "job__cluster", "job__user"
+    )
+    if scope.project is not None:
+        return found.filter(job__project=scope.project)
+    if scope.tenant is not None:
+        return found.filter(job__project__tenant=scope.tenant)
+    return found
+
+
+def efficiency_report(*, scope: SpendScope, month: date, worst: int = WORST_JOBS) -> EfficiencyReport:
+    """The month's efficiency of the scope's jobs: totals, per project (or per tenant for every tenant's), and the
+    jobs that idled the most GPU-hours."""
+    efficiencies = list(_measured_in(scope, month))
+    rates = RateBook.for_clusters({efficiency.job.cluster_id for efficiency in efficiencies})
+    wastes = [job_waste(job=efficiency.job, efficiency=efficiency, rates=rates) for efficiency in efficiencies]
+    totals = ScopeTotals()
+    by_group: dict[str, ScopeTotals] = defaultdict(ScopeTotals)
+    for waste in wastes:
+        totals.add(waste)
+        project = waste.job.project
+        key = str(project) if scope.tenant is not None or scope.project is not None else project.tenant.slug
+        by_group[key].add(waste)
+    ranked = sorted(wastes, key=lambda waste: (-waste.efficiency.idle_gpu_seconds, str(waste.job.pk)))
+    return EfficiencyReport(
+        scope=scope,
+        month=month,
+        totals=totals,
+        by_group=dict(sorted(by_group.items())),
+        worst=[waste for waste in ranked[:worst] if waste.efficiency.idle_gpu_seconds > 0],
+        jobs=ranked,
+    )
+
+
+CSV_COLUMNS = [
+    "job_id",
+    "name",
+    "project",
+    "cluster",
+    "user",
+    "started_at",
+    "ended_at",
+    "gpus",
+    "utilisation_source",
+    "mean_utilisation_percent",
+    "peak_memory_mib",
+    "idle_gpu_hours",
+    "currency",
+    "price_per_gpu_hour",
+    "idle_cost",
+    "ended_for_idling",
+    "saved_gpu_hours",
+    "saved_cost",
+]
+
+
+def efficiency_csv(report: EfficiencyReport) -> str:
+    """One line per job measured in the month, the worst first."""
+    output = io.StringIO()
+    writer = csv.writer(output, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for waste in report.jobs:
+        job, efficiency = waste.job, waste.efficiency
+        mean = efficiency.mean_utilisation_percent
+        writer.writerow(
+            [
+                job.pk,
+                job.name,
+                str(job.project),
+                job.cluster.name,
+                job.user.username if job.user else job.cluster_username,
+                job.started_at.isoformat() if job.started_at else "",
+                job.ended_at.isoformat() if job.ended_at else "",
+                job.gpus,
+                efficiency.source,
+                "" if mean is None else f"{mean:.1f}",
+                "" if efficiency.peak_memory_mib is None else efficiency.peak_memory_mib,
+                waste.idle_gpu_hours,
+                waste.currency,
+                "" if waste.rate is None else waste.rate.price_per_gpu_hour,
+                "" if waste.idle_amount is None else waste.idle_amount,
+                "yes" if efficiency.ended_at else "no",
+                gpu_hours(waste.saved_gpu_seconds),
+                "" if waste.saved_cost is None else amount_due(amount=waste.saved_cost, currency=waste.currency),
+            ]
+        )
+    return output.getvalue()
