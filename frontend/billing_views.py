@@ -24,6 +24,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_safe
 
 from billing.apis import invoice_data
+from billing.efficiency import efficiency_report
 from billing.money import minor_unit_places
 from billing.selectors import invoice_get_for_user, invoice_lines, invoice_list_for_user, rate_list
 from billing.spend import (
@@ -226,11 +227,56 @@ def invoice_detail(request: HttpRequest, invoice_id: int) -> HttpResponse:
     context = {
         "invoice": invoice_data(invoice, lines=lines),
         "print_url": reverse("invoice-print", kwargs={"invoice_id": invoice.pk}),
+        # Beside the charges: what of them idled (whoever may read the invoice may read its tenant's report).
+        "efficiency": efficiency_report(scope=SpendScope(tenant=invoice.tenant), month=invoice.month, worst=5),
+        "efficiency_url": f"{reverse('billing-efficiency')}?scope={invoice.tenant.slug}&month={invoice.month:%Y-%m}",
     }
     return render(request, "frontend/billing/invoice.html", context)
+
+
+ALL_TENANTS = "all"
+
+
+@require_safe
+@login_required
+def efficiency_page(request: HttpRequest) -> HttpResponse:
+    """A month's GPU efficiency of the chosen tenant or project, or of every tenant for portal admins: idle
+    GPU-hours, their cost, per project (or tenant), the worst jobs, what ending idle jobs saved; and its CSV."""
+    user = request.user
+    options = _scope_options(user)
+    if is_portal_admin(user):
+        options.insert(0, ScopeOption(ALL_TENANTS, "Every tenant"))
+    chosen = request.GET.get("scope", "").strip()
+    if not chosen:
+        if not options:
+            raise PermissionDenied(
+                "The efficiency report is for tenant admins and project managers; you are neither. "
+                "Each of your jobs shows its own GPU utilisation on its page."
+            )
+        chosen = options[0].value
+    every = chosen == ALL_TENANTS
+    scope = spend_scope_for_user(user=user, all_allowed=True) if every else _scope_for(user, chosen)
+    today = timezone.now().date()
+    month, month_problem = _month(request.GET.get("month", "").strip(), today)
+    report = efficiency_report(scope=scope, month=month)
+    csv_scope = {SpendScopeKind.PROJECT: "project", SpendScopeKind.TENANT: "tenant"}.get(scope.kind)
+    csv_query = f"month={month:%Y-%m}" + (f"&{csv_scope}={scope.name}" if csv_scope else "")
+    context = {
+        "options": options,
+        "chosen": chosen,
+        "scope": scope,
+        "month_value": f"{month:%Y-%m}",
+        "month": month,
+        "problems": [month_problem] if month_problem else [],
+        "report": report,
+        "group_label": "Tenant" if scope.kind is SpendScopeKind.ALL else "Project",
+        "csv_url": f"{reverse('api-efficiency-csv')}?{csv_query}",
+    }
+    return render(request, "frontend/billing/efficiency.html", context)
 
 
 urlpatterns = [
     path("billing/", billing_home, name="billing"),
     path("billing/invoices/<int:invoice_id>/", invoice_detail, name="billing-invoice"),
+    path("billing/efficiency/", efficiency_page, name="billing-efficiency"),
 ]

@@ -21,6 +21,7 @@ from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
+from billing.efficiency import job_waste_for
 from billing.estimates import Estimate, estimate_for_request, job_estimate
 from billing.selectors import usage_record_amount, usage_record_for_job
 from clusters.models import Cluster
@@ -30,6 +31,7 @@ from jobs.models import ACTIVE_JOB_STATES, Job, JobState
 from jobs.selectors import (
     JobAction,
     job_get_for_user,
+    job_is_gpu_idle,
     job_list_filtered_for_user,
     job_template_list_for_user,
     project_list_submittable_for_user,
@@ -371,6 +373,9 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
     usage = usage_record_for_job(job_id=job.pk) if job.is_final else None
     context = {
         "job": job,
+        "gpu_idle": job_is_gpu_idle(job),
+        "waste": job_waste_for(job),
+        "gpus_used": list(job.gpu_usage.all()),
         "transitions": list(job.transitions.all()),
         "estimate": job_estimate(job=job),
         "usage": usage,

@@ -9,5 +9,7 @@ PAGES: dict[str, dict[str, Case]] = {
     # of matrixco) and project managers; members of lower roles get 403.
     "billing/": {"GET": Case(page_only(200, ("manager", *TENANT_ADMINS)) | {"outsider": 200})},
     # Invoices are the tenant admins' (and portal admins'); everyone else is told they do not exist.
+    # The efficiency report follows the spend's rules; a portal admin's default is every tenant's.
+    "billing/efficiency/": {"GET": Case(page_only(200, ("manager", *TENANT_ADMINS)) | {"outsider": 200})},
     "billing/invoices/<int:invoice_id>/": {"GET": Case(page_only(200, TENANT_ADMINS, denied=404))},
 }

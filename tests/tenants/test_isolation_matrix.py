@@ -255,6 +255,7 @@ MATRIX: dict[str, dict[str, Case]] = {
     # The job's owner is the member; managers and tenant admins cancel anyone's job.
     "api/v1/jobs/<uuid:job_id>/cancel/": {"POST": Case(only(202, ("member", *PROJECT_MANAGERS)))},
     "api/v1/jobs/<uuid:job_id>/log/": {"GET": Case(only(200, PROJECT_VIEWERS))},
+    "api/v1/jobs/<uuid:job_id>/efficiency/": {"GET": Case(only(200, PROJECT_VIEWERS))},
     # Allocations: read by those who see the project; created and changed by portal admins only.
     "api/v1/allocations/": {
         "GET": Case(everyone(200), leak_free_for=("outsider", "tenant_member")),
@@ -356,6 +357,9 @@ MATRIX: dict[str, dict[str, Case]] = {
         "GET": Case(everyone(400)),  # a scope is required; the scoped cases are below
     },
     "api/v1/spend/top/": {"GET": Case(everyone(403) | {"staff": 200})},  # across all tenants: portal admins
+    # Without a scope, the efficiency report is every tenant's: portal admins only (scoped: tests/billing).
+    "api/v1/efficiency/": {"GET": Case(everyone(403) | {"staff": 200})},
+    "api/v1/efficiency/csv/": {"GET": Case(everyone(403) | {"staff": 200})},
     # Reconciliation compares every tenant's usage with Slurm: portal admins only. The POST's period ends before
     # the world's usage, so the report (run by a worker) would find nothing of it; here it only gets queued.
     "api/v1/reconciliation-reports/": {
