@@ -107,13 +107,13 @@ def gpu_readings_apply(
             else:
                 fresh_efficiency = False
             idle_starts: list[datetime] = []
-            read_any = False
+            gpus_read = 0
             for node, indices in job.gpu_indices.items():
                 for index in indices:
                     reading = readings.get((node, int(index)))
                     if reading is None:
                         continue
-                    read_any = True
+                    gpus_read += 1
                     usage = usages.get((job.pk, node, int(index)))
                     if usage is None:
                         first_from = max(job.started_at or now, now - timedelta(seconds=window_seconds))
@@ -128,15 +128,18 @@ def gpu_readings_apply(
                         efficiency.idle_gpu_seconds += counted
                         idle_starts.append(usage.idle_since)
                     efficiency.peak_memory_mib = max(efficiency.peak_memory_mib or 0, reading.memory_mib)
-            if not read_any:
+            if not gpus_read:
                 continue
             efficiency.source = UtilisationSource.DCGM
             efficiency.idle_gpus = len(idle_starts)
             efficiency.idle_since = min(idle_starts) if idle_starts else None
+            all_idle = len(idle_starts) == gpus_read == sum(len(indices) for indices in job.gpu_indices.values())
+            efficiency.all_gpus_idle_since = max(idle_starts) if all_idle else None
             efficiency.updated_at = now
-            if efficiency.idle_since is None:  # working again: a later idle spell is flagged (and warned) anew
-                efficiency.flagged_at = None
+            if efficiency.all_gpus_idle_since is None:  # a GPU works: a warning to end it no longer stands
                 efficiency.warned_at = None
+            if efficiency.idle_since is None:  # working again: a later idle spell is flagged anew
+                efficiency.flagged_at = None
             elif efficiency.flagged_at is None and now - efficiency.idle_since >= timedelta(
                 seconds=cluster.idle_gpu_after_seconds
             ):
@@ -169,6 +172,7 @@ _EFFICIENCY_FIELDS = [
     "idle_gpu_seconds",
     "idle_gpus",
     "idle_since",
+    "all_gpus_idle_since",
     "flagged_at",
     "warned_at",
     "updated_at",

@@ -83,21 +83,22 @@ def job_idle_notify(*, job_id: uuid.UUID, now: datetime) -> bool:
 
 
 def idle_jobs_end_opted_in(*, cluster: Cluster, now: datetime) -> list[uuid.UUID]:
-    """For projects that opted in: warn the owner of a job idle for its limit less the warning time, and end a
-    warned job idle for the whole limit. Only jobs whose GPUs idle now qualify: a GPU that works again clears
-    `idle_since` (and the warning), so an active job is never touched. The ids of the jobs ended."""
+    """For projects that opted in: warn the owner of a job whose GPUs have all been idle for its limit less the
+    warning time, and end a warned job idle for the whole limit. Only a job every GPU of which reads idle now
+    qualifies: one working GPU clears `all_gpus_idle_since` (and the warning), so an active job is never touched.
+    The ids of the jobs ended."""
     candidates = list(
         JobEfficiency.objects.filter(
             job__cluster=cluster,
             job__state=JobState.RUNNING,
             job__cancel_requested_at__isnull=True,
             job__is_external=False,
-            idle_since__isnull=False,
+            all_gpus_idle_since__isnull=False,
             ended_at__isnull=True,
             job__project__efficiency_policy__end_idle_jobs=True,
         ).values_list(
             "job_id",
-            "idle_since",
+            "all_gpus_idle_since",
             "job__project__efficiency_policy__end_after_idle_seconds",
             "job__project__efficiency_policy__warning_seconds",
             "warned_at",
@@ -119,7 +120,7 @@ def _locked_idle(job_id: uuid.UUID) -> JobEfficiency | None:
     return (
         JobEfficiency.objects.select_for_update(of=("self",))
         .select_related("job__project__tenant", "job__cluster", "job__user")
-        .filter(job_id=job_id, idle_since__isnull=False, ended_at__isnull=True, job__state=JobState.RUNNING)
+        .filter(job_id=job_id, all_gpus_idle_since__isnull=False, ended_at__isnull=True, job__state=JobState.RUNNING)
         .first()
     )
 
@@ -130,8 +131,8 @@ def _warn(*, job_id: uuid.UUID, now: datetime, limit_seconds: int) -> None:
         if efficiency is None or efficiency.warned_at is not None:
             return
         job = efficiency.job
-        assert efficiency.idle_since is not None
-        end_at = efficiency.idle_since + timedelta(seconds=limit_seconds)
+        assert efficiency.all_gpus_idle_since is not None
+        end_at = efficiency.all_gpus_idle_since + timedelta(seconds=limit_seconds)
         words = _idle_words(job, efficiency, now=now)
         detail = (
             f"Warned: {words}; the project ends jobs idle for {_minutes(limit_seconds)}, so this one ends at "

@@ -200,6 +200,8 @@ class JobEfficiency(models.Model):
     idle_gpu_seconds = models.PositiveBigIntegerField(default=0)
     idle_gpus = models.PositiveIntegerField(default=0, help_text="GPUs idle at the last reading")
     idle_since = models.DateTimeField(null=True, blank=True)
+    # Since when every GPU of it read idle (null while one works): only such a job may be ended for idling.
+    all_gpus_idle_since = models.DateTimeField(null=True, blank=True)
     flagged_at = models.DateTimeField(null=True, blank=True)
     notified_at = models.DateTimeField(null=True, blank=True)
     warned_at = models.DateTimeField(null=True, blank=True)
@@ -252,10 +254,10 @@ class ProjectEfficiencyPolicy(models.Model):
     project = models.OneToOneField("tenants.Project", on_delete=models.CASCADE, related_name="efficiency_policy")
     notify_managers = models.BooleanField(default=False, help_text="Project managers are told of idle jobs too")
     end_idle_jobs = models.BooleanField(
-        default=False, help_text="End jobs whose GPUs stay idle beyond the limit below, warning the owner first"
+        default=False, help_text="End jobs whose GPUs all stay idle beyond the limit below, warning the owner first"
     )
     end_after_idle_seconds = models.PositiveIntegerField(
-        default=7200, help_text="A job is ended once a GPU of it has been idle this long"
+        default=7200, help_text="A job is ended once all its GPUs have been idle this long"
     )
     warning_seconds = models.PositiveIntegerField(default=900, help_text="How long before the end the owner is warned")
 

@@ -18,7 +18,7 @@ from clusters.models import Cluster
 from clusters.prometheus import gpu_readings
 from jobs.gpu_utilisation import cluster_gpu_utilisation_collect
 from jobs.job_sync import jobs_deliver_queued
-from jobs.models import Job, JobEfficiency, JobGpuUsage, JobState, ProjectEfficiencyPolicy
+from jobs.models import Job, JobEfficiency, JobGpuUsage, JobState, JobTransition, ProjectEfficiencyPolicy
 from tenants.models import Notification
 from tests.conftest import SentTask, wait_until
 from tests.factories import add_project_member, make_project, make_tenant, make_user
@@ -209,3 +209,56 @@ def test_the_manager_is_told_only_where_the_project_asks(dcgm_cluster: Cluster) 
     for seconds in range(0, 45, 5):
         _collect(dcgm_cluster, now=start + timedelta(seconds=seconds))
     assert list(Notification.objects.values_list("user_id", flat=True)) == [idle.user_id]
+
+
+@pytest.mark.django_db
+def test_an_opted_in_projects_idle_job_is_warned_then_ended_and_an_active_one_never_touched(
+    dcgm_cluster: Cluster, sent_tasks: list[SentTask], django_capture_on_commit_callbacks: Any
+) -> None:
+    idle = _job(dcgm_cluster, {"gpu04": [1, 3]})  # both GPUs idle
+    half = _job(dcgm_cluster, {"gpu04": [2, 5]})  # one busy, one idle: at work
+    busy = _job(dcgm_cluster, {"gpu04": [0]})
+    for job in (idle, half, busy):
+        ProjectEfficiencyPolicy.objects.create(
+            project=job.project, end_idle_jobs=True, end_after_idle_seconds=60, warning_seconds=20
+        )
+    start = timezone.now()
+
+    def collect_until(seconds: int) -> None:
+        for moment in range(collect_until.done, seconds + 1, 5):  # type: ignore[attr-defined]
+            with django_capture_on_commit_callbacks(execute=True):  # the tasks a commit would send
+                _collect(dcgm_cluster, now=start + timedelta(seconds=moment))
+        collect_until.done = seconds + 5  # type: ignore[attr-defined]
+
+    collect_until.done = 0  # type: ignore[attr-defined]
+    collect_until(30)  # idle since start - 5 s: 35 s of the 60, not yet the 40 that warns
+    assert not JobTransition.objects.exists()
+
+    collect_until(35)
+    (warning,) = JobTransition.objects.all()
+    assert warning.job_id == idle.pk
+    assert warning.detail.startswith("Warned: 2 of its 2 GPU(s) on")
+    assert f"so this one ends at {start + timedelta(seconds=55):%Y-%m-%d %H:%M} UTC" in warning.detail
+    assert Notification.objects.filter(user=idle.user, kind="job.gpu_idle_warning").count() == 1
+    assert sent_tasks == []
+
+    collect_until(50)
+    assert Job.objects.get(pk=idle.pk).cancel_requested_at is None
+
+    collect_until(55)
+    ended = Job.objects.get(pk=idle.pk)
+    assert ended.cancel_requested_at == start + timedelta(seconds=55)
+    assert [transition.detail.split(":")[0] for transition in ended.transitions.all()] == [
+        "Warned",
+        "Ended by the project's idle-GPU policy",
+    ]
+    assert sent_tasks == [("jobs.tasks.job_cancel", (str(idle.pk),))]
+    assert JobEfficiency.objects.get(job=idle).ended_at == start + timedelta(seconds=55)
+
+    collect_until(120)  # long after: the ended job is not ended twice, the working ones never touched
+    assert sent_tasks == [("jobs.tasks.job_cancel", (str(idle.pk),))]
+    for job in (half, busy):
+        assert Job.objects.get(pk=job.pk).cancel_requested_at is None
+        assert not JobTransition.objects.filter(job=job).exists()
+        assert JobEfficiency.objects.get(job=job).warned_at is None
+    assert JobEfficiency.objects.get(job=half).flagged_at is not None  # flagged (a GPU idles), never ended
