@@ -8,7 +8,7 @@ from django.http import HttpRequest
 
 from clusters.admin import ReadOnlyAdmin, ReadOnlyInline
 from jobs.job_services import job_cancel
-from jobs.models import Job, JobTemplate, JobTransition
+from jobs.models import Job, JobEfficiency, JobGpuUsage, JobTemplate, JobTransition, ProjectEfficiencyPolicy
 from portal.errors import Conflict
 
 # Jobs ----------------------------------------------------------------------------------------------------
@@ -17,6 +17,29 @@ from portal.errors import Conflict
 class JobTransitionInline(ReadOnlyInline):
     model = JobTransition
     fields = ("from_state", "to_state", "at", "detail")
+    readonly_fields = fields
+
+
+class JobEfficiencyInline(ReadOnlyInline):
+    model = JobEfficiency
+    fields = (
+        "source",
+        "observed_gpu_seconds",
+        "idle_gpu_seconds",
+        "peak_memory_mib",
+        "idle_gpus",
+        "idle_since",
+        "flagged_at",
+        "notified_at",
+        "warned_at",
+        "ended_at",
+    )
+    readonly_fields = fields
+
+
+class JobGpuUsageInline(ReadOnlyInline):
+    model = JobGpuUsage
+    fields = ("node", "gpu_index", "gpu_uuid", "last_utilisation_percent", "peak_memory_mib", "idle_seconds", "idle_since")
     readonly_fields = fields
 
 
@@ -37,7 +60,7 @@ class JobAdmin(ReadOnlyAdmin):
     )
     list_select_related = ("project__tenant", "cluster", "user")
     date_hierarchy = "created_at"
-    inlines = (JobTransitionInline,)
+    inlines = (JobEfficiencyInline, JobGpuUsageInline, JobTransitionInline)
     actions = ("cancel_jobs",)
 
     @admin.action(description="Cancel the selected jobs")
@@ -62,3 +85,14 @@ class JobTemplateAdmin(ReadOnlyAdmin):
     list_display = ("name", "project", "gpus", "gpu_type", "time_limit_minutes", "created_by", "updated_at")
     search_fields = ("name", "project__slug", "project__tenant__slug")
     list_select_related = ("project__tenant", "created_by")
+
+
+@admin.register(ProjectEfficiencyPolicy)
+class ProjectEfficiencyPolicyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """A project's choices about idle GPUs: whether its managers hear of idle jobs, whether idle jobs are ended."""
+
+    list_display = ("project", "notify_managers", "end_idle_jobs", "end_after_idle_seconds", "warning_seconds")
+    list_filter = ("notify_managers", "end_idle_jobs")
+    search_fields = ("project__slug", "project__tenant__slug")
+    list_select_related = ("project__tenant",)
+    autocomplete_fields = ("project",)

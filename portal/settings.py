@@ -428,6 +428,9 @@ LOCAL_CLUSTER_ADMIN_USER = env_str("LOCAL_CLUSTER_ADMIN_USER", "root")
 # Where `scripts/cluster.sh up` describes the newer local clusters (Slurm 24.11 "north", 26.05 "south") it started;
 # `seed_demo` registers those that are up.
 DEMO_CLUSTER_REGISTRY = env_str("DEMO_CLUSTER_REGISTRY", "/var/lib/gpuportal/clusters")
+# The demo's Prometheus (scripts/prometheus.sh), which scrapes the DCGM replay exporter of the demo's clusters: each
+# demo cluster reads its GPU utilisation from it. Empty: none.
+DEMO_DCGM_PROMETHEUS_URL = env_str("DEMO_DCGM_PROMETHEUS_URL", "http://127.0.0.1:9090")
 
 DEMO_PASSWORD = env_str("DEMO_PASSWORD", "demo")
 

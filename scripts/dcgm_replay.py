@@ -114,15 +114,18 @@ def gpus_of(nodes: Iterable[tuple[str, int, str]], assigned: dict[tuple[str, int
     return gpus
 
 
-def nodes_from_clusters(directory: Path) -> list[tuple[str, int, str]]:
-    """The nodes of the local clusters that are up, from what scripts/cluster.sh wrote."""
+def nodes_from_clusters(directory: Path, gpus_per_node: int | None = None) -> list[tuple[str, int, str]]:
+    """The nodes of the local clusters that are up, from what scripts/cluster.sh wrote. The description names one
+    GPU type and count per cluster; `gpus_per_node` serves more where some nodes have more (series of GPUs a node
+    lacks match no job)."""
     nodes = []
     for path in sorted(directory.glob("*.json")):
         described = json.loads(path.read_text())
         if described.get("status") != "up":
             continue
+        count = max(int(described.get("gpus_per_node", 4)), gpus_per_node or 0)
         for name in described.get("nodes", []):
-            nodes.append((name, int(described.get("gpus_per_node", 4)), described.get("gpu_type", "h100")))
+            nodes.append((name, count, described.get("gpu_type", "h100")))
     return nodes
 
 
@@ -131,13 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", default="127.0.0.1:9400", help="host:port (port 0: any free one, printed)")
     parser.add_argument("--node", action="append", default=[], help="NAME:GPUS:TYPE, e.g. gpu01:4:h100")
     parser.add_argument("--clusters-dir", type=Path, help="replay every node of the clusters described there")
+    parser.add_argument("--gpus-per-node", type=int, help="with --clusters-dir: at least this many GPUs per node")
     parser.add_argument("--assign", action="append", default=[], help="NODE:INDEX=busy|idle|starving")
     parser.add_argument("--window", type=float, default=1.0, help="seconds each reading averages (default 1)")
     args = parser.parse_args(argv)
 
     nodes = [(name, int(count), gpu_type) for name, count, gpu_type in (n.split(":") for n in args.node)]
     if args.clusters_dir:
-        nodes += nodes_from_clusters(args.clusters_dir)
+        nodes += nodes_from_clusters(args.clusters_dir, args.gpus_per_node)
     assigned = {}
     for item in args.assign:
         where, _, trace = item.partition("=")

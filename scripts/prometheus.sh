@@ -3,8 +3,10 @@
 #   install  Debian's prometheus package (prometheus and promtool), if missing; starts no system service
 #   check    promtool: the scrape configuration, the alerting rules and their unit tests (make lint, so make test)
 #   up       its own Prometheus on PROMETHEUS_LISTEN (127.0.0.1:9090) scraping the portal at PORTAL_HOST:PORTAL_PORT
-#            with the project's alerting rules, data under var/prometheus, log var/log/prometheus.log
-#   down     stops the Prometheus `up` started
+#            with the project's alerting rules, data under var/prometheus, log var/log/prometheus.log; and the DCGM
+#            replay exporter (scripts/dcgm_replay.py) on DCGM_REPLAY_LISTEN (127.0.0.1:9400) for the local clusters'
+#            fake-GPU nodes, which it scrapes too (log var/log/dcgm-replay.log)
+#   down     stops the Prometheus and the exporter `up` started
 # Configuration: deploy/prometheus/ (README, "Metrics and alerts").
 set -euo pipefail
 
@@ -19,6 +21,9 @@ LISTEN="${PROMETHEUS_LISTEN:-127.0.0.1:9090}"
 PORTAL="${PORTAL_HOST:-127.0.0.1}:${PORTAL_PORT:-8000}"
 RULES="$ROOT/deploy/prometheus/alerts.yml"
 RULE_TESTS="$ROOT/deploy/prometheus/alerts_test.yml"
+DCGM_LISTEN="${DCGM_REPLAY_LISTEN:-127.0.0.1:9400}"
+DCGM_PID_FILE="$RUN_DIR/dcgm-replay.pid"
+CLUSTERS_DIR="${DEMO_CLUSTER_REGISTRY:-/var/lib/gpuportal/clusters}"
 
 log() { printf '[prometheus] %s\n' "$*"; }
 die() { printf '[prometheus] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -62,6 +67,7 @@ render_config() {
   token=$(token_file)
   [[ -f $token ]] || (umask 077 && : > "$token")  # for `check` before the portal ever ran
   sed -e "s|@@PORTAL@@|$PORTAL|" -e "s|@@SELF@@|$LISTEN|" -e "s|@@RULES@@|$RULES|" -e "s|@@TOKEN_FILE@@|$token|" \
+    -e "s|@@DCGM@@|$DCGM_LISTEN|" \
     deploy/prometheus/prometheus.yml.template > "$CONFIG"
   if grep -q '@@[A-Z_]*@@' "$CONFIG"; then
     die "deploy/prometheus/prometheus.yml.template has placeholders this script does not fill in"
@@ -78,9 +84,41 @@ check() {
 
 is_running() { [[ -f $PID_FILE ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; }
 
+exporter_running() { [[ -f $DCGM_PID_FILE ]] && kill -0 "$(cat "$DCGM_PID_FILE")" 2>/dev/null; }
+
+# The stand-in for NVIDIA's DCGM exporter: real H100 readings replayed on the fake-GPU nodes of the clusters that
+# scripts/cluster.sh described as up (README, "Fake GPUs, and what was checked on a real one").
+exporter_up() {
+  if exporter_running; then
+    return 0
+  fi
+  setsid "$ROOT/.venv/bin/python" "$ROOT/scripts/dcgm_replay.py" --listen "$DCGM_LISTEN" --clusters-dir "$CLUSTERS_DIR" \
+    --gpus-per-node 8 \
+    >>"$LOG_DIR/dcgm-replay.log" 2>&1 </dev/null &
+  echo $! > "$DCGM_PID_FILE"
+  for _ in $(seq 1 40); do
+    if curl -sf "http://$DCGM_LISTEN/metrics" >/dev/null; then
+      log "DCGM replay exporter (pid $(cat "$DCGM_PID_FILE")) on http://$DCGM_LISTEN/metrics; log var/log/dcgm-replay.log"
+      return 0
+    fi
+    exporter_running || break
+    sleep 0.25
+  done
+  tail -n 20 "$LOG_DIR/dcgm-replay.log" >&2
+  die "the DCGM replay exporter did not answer on $DCGM_LISTEN"
+}
+
+exporter_down() {
+  if exporter_running; then
+    kill -TERM "$(cat "$DCGM_PID_FILE")" || true
+  fi
+  rm -f "$DCGM_PID_FILE"
+}
+
 up() {
   install_prometheus
   render_config
+  exporter_up
   promtool check config "$CONFIG" >/dev/null
   if is_running; then
     kill -HUP "$(cat "$PID_FILE")"  # reads the configuration and the rules again
@@ -104,6 +142,7 @@ up() {
 }
 
 down() {
+  exporter_down
   if ! is_running; then
     rm -f "$PID_FILE"
     return 0
@@ -125,6 +164,8 @@ case "${1:-}" in
   check) check ;;
   up) up ;;
   down) down ;;
-  status) if is_running; then echo "prometheus: running (pid $(cat "$PID_FILE")) on http://$LISTEN/"; else echo "prometheus: stopped"; fi ;;
+  status)
+    if is_running; then echo "prometheus: running (pid $(cat "$PID_FILE")) on http://$LISTEN/"; else echo "prometheus: stopped"; fi
+    if exporter_running; then echo "dcgm replay: running on http://$DCGM_LISTEN/metrics"; else echo "dcgm replay: stopped"; fi ;;
   *) echo "usage: $0 {install|check|up|down|status}" >&2; exit 2 ;;
 esac

@@ -254,7 +254,8 @@ class Command(BaseCommand):
             cluster = Cluster.objects.filter(name=name).first()
             if cluster is None:
                 self.stdout.write(f"Registering cluster {name} ({connection['slurmrestd_url']})")
-            clusters[name], _ = Cluster.objects.update_or_create(name=name, defaults={**connection, "is_active": True})
+            defaults = {**connection, "is_active": True, "dcgm_prometheus_url": settings.DEMO_DCGM_PROMETHEUS_URL}
+            clusters[name], _ = Cluster.objects.update_or_create(name=name, defaults=defaults)
         return clusters
 
     def _user(self, username: str) -> User:
