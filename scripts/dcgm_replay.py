@@ -4,7 +4,8 @@
 DCGM_FI_DRIVER_VERSION), replaying traces recorded through NVML on a real H100 (tests/data/nvidia-h100/).
 
 The readings are real; which node and GPU replays which trace is made up (README, "Fake GPUs"). By default GPU i
-of every node replays busy, starving, idle, busy, ... in turn; `--assign gpu01:2=idle` pins one.
+of every node replays busy, starving, idle, busy, ... in turn; `--assign gpu01:2=idle` pins one, and
+`--assign gpu01:0=busy@20>idle` replays busy for the first 20 s, then idle (a job that stops working).
 
     dcgm_replay.py --listen 127.0.0.1:9400 --node gpu01:4:h100 --node gpu02:4:h100
     dcgm_replay.py --listen 127.0.0.1:9400 --clusters-dir /var/lib/gpuportal/clusters   # the demo's clusters
@@ -87,6 +88,20 @@ def reading(trace: list[Sample], *, elapsed: float, window: float) -> tuple[floa
     return sum(s.utilisation_percent for s in chosen) / len(chosen), max(s.memory_mib for s in chosen)
 
 
+def trace_at(spec: str, elapsed: float) -> str:
+    """The trace a GPU replays now: "idle", or "busy@20>idle" (busy for 20 s, then idle)."""
+    first, _, then = spec.partition(">")
+    if not then:
+        return first
+    name, _, seconds = first.partition("@")
+    return name if elapsed < float(seconds) else then
+
+
+def trace_names(spec: str) -> set[str]:
+    first, _, then = spec.partition(">")
+    return {first.partition("@")[0], *filter(None, [then])}
+
+
 class ReplayCollector(Collector):
     def __init__(self, gpus: list[Gpu], traces: dict[str, list[Sample]], window: float) -> None:
         self.gpus, self.traces, self.window = gpus, traces, window
@@ -97,7 +112,8 @@ class ReplayCollector(Collector):
         memory = GaugeMetricFamily("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", labels=LABELS)
         elapsed = time.monotonic() - self.started
         for gpu in self.gpus:
-            percent, mib = reading(self.traces[gpu.trace], elapsed=elapsed, window=self.window)
+            trace = trace_at(gpu.trace, elapsed)
+            percent, mib = reading(self.traces[trace], elapsed=elapsed, window=self.window)
             utilisation.add_metric(gpu.labels, round(percent))
             memory.add_metric(gpu.labels, round(mib))
         yield utilisation
@@ -148,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         host, _, index = where.rpartition(":")
         assigned[(host, int(index))] = trace
     gpus = gpus_of(nodes, assigned)
-    traces = {name: load_trace(name) for name in {gpu.trace for gpu in gpus} | set(TRACE_CYCLE)}
+    names = set(TRACE_CYCLE).union(*(trace_names(gpu.trace) for gpu in gpus))
+    traces = {name: load_trace(name) for name in names}
     registry = CollectorRegistry(auto_describe=True)
     registry.register(ReplayCollector(gpus, traces, args.window))
     host, _, port = args.listen.rpartition(":")
