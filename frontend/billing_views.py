@@ -70,6 +70,16 @@ def _scope_options(user: AnyUser) -> list[ScopeOption]:
     return options
 
 
+def _chosen(request: HttpRequest, options: list[ScopeOption], *, nobody: str) -> str:
+    """The scope named in the query, else the first the user may read; 403 with `nobody` when there is none."""
+    chosen = request.GET.get("scope", "").strip()
+    if chosen:
+        return chosen
+    if not options:
+        raise PermissionDenied(nobody)
+    return options[0].value
+
+
 def _scope_for(user: AnyUser, value: str) -> SpendScope:
     """The scope named in the select, with the API's rules: 404 for outsiders, 403 for a role too low."""
     try:
@@ -159,14 +169,12 @@ def billing_home(request: HttpRequest) -> HttpResponse:
     """Spend of the chosen tenant or project in a month (per day, per project, per user) and its invoices."""
     user = request.user
     options = _scope_options(user)
-    chosen = request.GET.get("scope", "").strip()
-    if not chosen:
-        if not options:
-            raise PermissionDenied(
-                "Billing shows spend to tenant admins and project managers; you are neither. "
-                "Ask your tenant admin for the figures."
-            )
-        chosen = options[0].value
+    chosen = _chosen(
+        request,
+        options,
+        nobody="Billing shows spend to tenant admins and project managers; you are neither. "
+        "Ask your tenant admin for the figures.",
+    )
     scope = _scope_for(user, chosen)
     if chosen not in {option.value for option in options}:
         options.append(ScopeOption(chosen, chosen))  # e.g. a portal admin naming a project directly
@@ -246,14 +254,12 @@ def efficiency_page(request: HttpRequest) -> HttpResponse:
     options = _scope_options(user)
     if is_portal_admin(user):
         options.insert(0, ScopeOption(ALL_TENANTS, "Every tenant"))
-    chosen = request.GET.get("scope", "").strip()
-    if not chosen:
-        if not options:
-            raise PermissionDenied(
-                "The efficiency report is for tenant admins and project managers; you are neither. "
-                "Each of your jobs shows its own GPU utilisation on its page."
-            )
-        chosen = options[0].value
+    chosen = _chosen(
+        request,
+        options,
+        nobody="The efficiency report is for tenant admins and project managers; you are neither. "
+        "Each of your jobs shows its own GPU utilisation on its page.",
+    )
     every = chosen == ALL_TENANTS
     scope = spend_scope_for_user(user=user, all_allowed=True) if every else _scope_for(user, chosen)
     today = timezone.now().date()

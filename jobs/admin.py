@@ -39,7 +39,15 @@ class JobEfficiencyInline(ReadOnlyInline):
 
 class JobGpuUsageInline(ReadOnlyInline):
     model = JobGpuUsage
-    fields = ("node", "gpu_index", "gpu_uuid", "last_utilisation_percent", "peak_memory_mib", "idle_seconds", "idle_since")
+    fields = (
+        "node",
+        "gpu_index",
+        "gpu_uuid",
+        "last_utilisation_percent",
+        "peak_memory_mib",
+        "idle_seconds",
+        "idle_since",
+    )
     readonly_fields = fields
 
 

@@ -27,6 +27,14 @@ def idle_jobs_act(*, cluster: Cluster, flagged: list[uuid.UUID], now: datetime) 
     idle_jobs_end_opted_in(cluster=cluster, now=now)
 
 
+def _tell_owner(job: Job, *, kind: str, title: str, body: str) -> None:
+    """A notification (and e-mail) to the job's user about their job, linking to its page."""
+    owners = [job.user] if job.user is not None and job.user.is_active else []
+    notifications_send(
+        users=owners, tenant=job.project.tenant, kind=kind, title=title, body=body, link=f"/jobs/{job.pk}/"
+    )
+
+
 def _minutes(seconds: float) -> str:
     minutes = int(seconds // 60)
     return f"{minutes} min" if minutes else f"{int(seconds)} s"
@@ -141,13 +149,11 @@ def _warn(*, job_id: uuid.UUID, now: datetime, limit_seconds: int) -> None:
         efficiency.warned_at = now
         efficiency.save(update_fields=["warned_at"])
         JobTransition.objects.create(job=job, from_state=job.state, to_state=job.state, at=now, detail=detail[:500])
-        notifications_send(
-            users=[job.user] if job.user is not None and job.user.is_active else [],
-            tenant=job.project.tenant,
+        _tell_owner(
+            job,
             kind="job.gpu_idle_warning",
             title=f"Job {job.name} will be ended: its GPUs are idle",
             body=f"Job {job.name} of {job.project}: {detail}.",
-            link=f"/jobs/{job.pk}/",
         )
     transaction.on_commit(lambda: jobs_push([job_id]))
 
@@ -168,13 +174,11 @@ def _end(*, job_id: uuid.UUID, now: datetime) -> bool:
         job.save(update_fields=["cancel_requested_at", "updated_at"])
         JobTransition.objects.create(job=job, from_state=job.state, to_state=job.state, at=now, detail=detail[:500])
         task_enqueue_on_commit("jobs.tasks.job_cancel", str(job.pk), fallback="the job sync cancels it")
-        notifications_send(
-            users=[job.user] if job.user is not None and job.user.is_active else [],
-            tenant=job.project.tenant,
+        _tell_owner(
+            job,
             kind="job.gpu_idle_ended",
             title=f"Job {job.name} was ended: its GPUs were idle",
             body=f"Job {job.name} of {job.project}: {detail}.",
-            link=f"/jobs/{job.pk}/",
         )
     transaction.on_commit(lambda: jobs_push([job_id]))
     return True
