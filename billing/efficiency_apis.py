@@ -3,7 +3,6 @@ idle GPU-hours with their cost at its rate. Who may read what: billing.efficienc
 
 from __future__ import annotations
 
-from datetime import date
 from typing import Any
 
 from django.http import HttpResponse
@@ -15,27 +14,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.apis import MonthField
 from billing.efficiency import EfficiencyReport, JobWaste, ScopeTotals, efficiency_csv, efficiency_report, job_waste_for
 from billing.spend import spend_scope_for_user
 from jobs.selectors import job_get_for_user
 from portal.api_errors import ERRORS
-
-
-class MonthField(serializers.Field):  # type: ignore[type-arg]
-    """A month written YYYY-MM."""
-
-    default_error_messages = {"invalid": "Write the month as YYYY-MM, e.g. 2026-11."}
-
-    def to_internal_value(self, data: Any) -> date:
-        try:
-            year, month = (int(part) for part in str(data).split("-"))
-            return date(year, month, 1)
-        except ValueError:
-            self.fail("invalid")
-            raise  # unreachable: fail() raises
-
-    def to_representation(self, value: date) -> str:
-        return f"{value:%Y-%m}"
 
 
 class EfficiencyInput(serializers.Serializer[Any]):

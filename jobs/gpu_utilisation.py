@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from fast_update.query import FastUpdateQuerySet
 
 from clusters.models import Cluster
 from clusters.prometheus import GpuKey, GpuReading, PrometheusError, gpu_readings
@@ -147,9 +148,14 @@ def gpu_readings_apply(
                 flagged.append(job.pk)
             (new_efficiencies if fresh_efficiency else changed_efficiencies).append(efficiency)
         JobGpuUsage.objects.bulk_create(new_usages, batch_size=1000)
-        JobGpuUsage.objects.bulk_update(changed_usages, fields=_USAGE_FIELDS, batch_size=1000)
+        # UPDATE ... FROM (VALUES ...): bulk_update's CASE expressions took 27 s for 2,000 GPUs here (bench/).
+        if changed_usages:
+            FastUpdateQuerySet(model=JobGpuUsage).fast_update(changed_usages, _USAGE_FIELDS, unfiltered=True)
         JobEfficiency.objects.bulk_create(new_efficiencies, batch_size=1000)
-        JobEfficiency.objects.bulk_update(changed_efficiencies, fields=_EFFICIENCY_FIELDS, batch_size=1000)
+        if changed_efficiencies:
+            FastUpdateQuerySet(model=JobEfficiency).fast_update(
+                changed_efficiencies, _EFFICIENCY_FIELDS, unfiltered=True
+            )
     return len(jobs), flagged
 
 

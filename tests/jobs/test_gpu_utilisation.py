@@ -16,7 +16,9 @@ from billing.efficiency import job_waste_for
 from billing.rates import rate_create
 from clusters.models import Cluster
 from clusters.prometheus import gpu_readings
-from jobs.gpu_utilisation import cluster_gpu_utilisation_collect
+from clusters.slurm.types import AccountingRecord
+from clusters.slurm.types import JobState as SlurmState
+from jobs.gpu_utilisation import cluster_gpu_utilisation_collect, job_efficiency_from_accounting
 from jobs.job_sync import jobs_deliver_queued
 from jobs.models import Job, JobEfficiency, JobGpuUsage, JobState, JobTransition, ProjectEfficiencyPolicy
 from tenants.models import Notification
@@ -262,3 +264,46 @@ def test_an_opted_in_projects_idle_job_is_warned_then_ended_and_an_active_one_ne
         assert not JobTransition.objects.filter(job=job).exists()
         assert JobEfficiency.objects.get(job=job).warned_at is None
     assert JobEfficiency.objects.get(job=half).flagged_at is not None  # flagged (a GPU idles), never ended
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("slurm_gpu_accounting", "utilisation", "expected"),
+    [
+        # A mean under the threshold: every GPU-second of the job counts as idle.
+        (True, 4.0, ("slurm", 7200, 7200, 4.0, 21714)),
+        (True, 61.0, ("slurm", 7200, 0, 61.0, 21714)),
+        (False, 4.0, None),  # the cluster does not record it: nothing is taken
+        (True, None, None),  # recorded nothing for this job
+    ],
+)
+def test_a_finished_jobs_figure_from_slurm_accounting(
+    slurm_gpu_accounting: bool, utilisation: float | None, expected: tuple[object, ...] | None
+) -> None:
+    cluster = Cluster.objects.create(
+        name=f"acct{uuid.uuid4().hex[:6]}",
+        slurmrestd_url="http://127.0.0.1:9",
+        jwt_key_file="/nonexistent",
+        log_root="/tmp/acct-logs",
+        slurm_gpu_accounting=slurm_gpu_accounting,
+    )
+    job = _job(cluster, {}, state=JobState.COMPLETED)
+    record = AccountingRecord(
+        job_id=42, name="job", account="a", user_name="alice", partition="h100", cluster=cluster.name,
+        state=SlurmState.COMPLETED, comment="", submit_time=None, start_time=None, end_time=None,
+        elapsed_seconds=3600, gpus_allocated=2, gpu_type="h100", exit_code=0,
+        gpu_utilisation_percent=utilisation, gpu_memory_peak_bytes=21714 * 1024 * 1024,
+    )  # fmt: skip
+
+    written = job_efficiency_from_accounting(job=job, cluster=cluster, record=record, gpu_seconds=record.gpu_seconds)
+
+    assert written is (expected is not None)
+    efficiency = JobEfficiency.objects.filter(job=job).first()
+    figures = efficiency and (
+        efficiency.source,
+        efficiency.observed_gpu_seconds,
+        efficiency.idle_gpu_seconds,
+        efficiency.mean_utilisation_percent,
+        efficiency.peak_memory_mib,
+    )
+    assert figures == expected
