@@ -73,12 +73,17 @@ def test_a_gpu_job_runs_writes_its_log_completes_and_is_accounted(
     assert (running.user_name, running.account, running.partition) == (JOB_USER, contract_account, live.gpu_partition)
     assert (running.gpus, running.gpu_type) == (2, live.gpu_type)
     assert running.nodes
+    # The devices it holds (gres_detail), which the DCGM readings are matched to jobs by.
+    ((node, indices),) = running.gpu_indices
+    assert node == running.nodes
+    assert len(indices) == 2
     assert running.comment == tag
     assert running.standard_output == str(contract_job_directory / "stdout.txt")
 
     finished = wait_for_job(contract_client, submitted.job_id, is_finished)
     assert finished.state is JobState.COMPLETED
     assert finished.exit_code == 0
+    assert finished.gpu_indices == ()  # gres_detail is gone once the job has ended
     assert (contract_job_directory / "stdout.txt").read_text() == "started\ndone\n"
 
     record = wait_for_accounting(contract_client, submitted.job_id)
@@ -95,6 +100,8 @@ def test_a_gpu_job_runs_writes_its_log_completes_and_is_accounted(
     assert record.elapsed_seconds == int((record.end_time - record.start_time).total_seconds())
     assert record.elapsed_seconds >= 2
     assert record.gpu_seconds == 2 * record.elapsed_seconds
+    # These clusters' Slurm has no NVML: no gres/gpuutil or gres/gpumem in the steps' usage, and none invented.
+    assert (record.gpu_utilisation_percent, record.gpu_memory_peak_bytes) == (None, None)
 
     # Exactly-once recovery finds a job by its tag: in the accounting of a time window, not outside it.
     def listed_since(moment: datetime) -> bool:
