@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from billing.models import Invoice
 from billing.rates import rate_create
@@ -142,3 +143,18 @@ def test_the_monthly_page_and_the_invoice_show_the_idle_hours_and_their_cost(wor
     staff = _html(make_user(is_staff=True), f"/billing/efficiency/?month={month}")
     assert '<option value="all" selected>Every tenant</option>' in staff
     assert '<th scope="row">acme</th>' in staff
+
+
+def test_the_job_api_says_which_jobs_idle_and_what_each_gpu_read(world: World) -> None:
+    api = APIClient()
+    api.force_authenticate(world.ann)
+
+    listed = {job["name"]: job["gpu_idle"] for job in api.get("/api/v1/jobs/").json()["results"]}
+    assert listed == {"notebook": True, "job": False}
+    detail = api.get(f"/api/v1/jobs/{world.running.pk}/").json()
+    assert detail["gpu_indices"] == {"n1": [3]}
+    assert detail["efficiency"]["idle_gpus"] == 1
+    assert detail["efficiency"]["idle_gpu_seconds"] == 3600
+    assert detail["efficiency"]["utilisation_source"] == "dcgm"
+    assert [(gpu["node"], gpu["gpu_index"], gpu["idle_seconds"]) for gpu in detail["gpus_used"]] == [("n1", 3, 3600)]
+    assert api.get(f"/api/v1/jobs/{world.finished.pk}/").json()["gpus_used"] == []
