@@ -148,14 +148,7 @@ def _warn(*, job_id: uuid.UUID, now: datetime, limit_seconds: int) -> None:
         )
         efficiency.warned_at = now
         efficiency.save(update_fields=["warned_at"])
-        JobTransition.objects.create(job=job, from_state=job.state, to_state=job.state, at=now, detail=detail[:500])
-        _tell_owner(
-            job,
-            kind="job.gpu_idle_warning",
-            title=f"Job {job.name} will be ended: its GPUs are idle",
-            body=f"Job {job.name} of {job.project}: {detail}.",
-        )
-    transaction.on_commit(lambda: jobs_push([job_id]))
+        _record_and_tell(job, detail, now=now, kind="job.gpu_idle_warning", title="will be ended: its GPUs are idle")
 
 
 def _end(*, job_id: uuid.UUID, now: datetime) -> bool:
@@ -172,13 +165,13 @@ def _end(*, job_id: uuid.UUID, now: datetime) -> bool:
         job.cancel_requested_at = now
         job.updated_at = now
         job.save(update_fields=["cancel_requested_at", "updated_at"])
-        JobTransition.objects.create(job=job, from_state=job.state, to_state=job.state, at=now, detail=detail[:500])
         task_enqueue_on_commit("jobs.tasks.job_cancel", str(job.pk), fallback="the job sync cancels it")
-        _tell_owner(
-            job,
-            kind="job.gpu_idle_ended",
-            title=f"Job {job.name} was ended: its GPUs were idle",
-            body=f"Job {job.name} of {job.project}: {detail}.",
-        )
-    transaction.on_commit(lambda: jobs_push([job_id]))
+        _record_and_tell(job, detail, now=now, kind="job.gpu_idle_ended", title="was ended: its GPUs were idle")
     return True
+
+
+def _record_and_tell(job: Job, detail: str, *, now: datetime, kind: str, title: str) -> None:
+    """The policy's step in the job's timeline (its state unchanged), its owner told, its watchers updated."""
+    JobTransition.objects.create(job=job, from_state=job.state, to_state=job.state, at=now, detail=detail[:500])
+    _tell_owner(job, kind=kind, title=f"Job {job.name} {title}", body=f"Job {job.name} of {job.project}: {detail}.")
+    transaction.on_commit(lambda: jobs_push([job.pk]))

@@ -86,6 +86,17 @@ is_running() { [[ -f $PID_FILE ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; }
 
 exporter_running() { [[ -f $DCGM_PID_FILE ]] && kill -0 "$(cat "$DCGM_PID_FILE")" 2>/dev/null; }
 
+# answers URL CHECK: waits (at most 30 s) until URL answers; fails as soon as the command CHECK says the process died.
+answers() {
+  local url=$1 check=$2
+  for _ in $(seq 1 60); do
+    curl -sf "$url" >/dev/null && return 0
+    $check || return 1
+    sleep 0.5
+  done
+  return 1
+}
+
 # The stand-in for NVIDIA's DCGM exporter: real H100 readings replayed on the fake-GPU nodes of the clusters that
 # scripts/cluster.sh described as up (README, "Fake GPUs, and what was checked on a real one").
 exporter_up() {
@@ -96,14 +107,10 @@ exporter_up() {
     --gpus-per-node 8 \
     >>"$LOG_DIR/dcgm-replay.log" 2>&1 </dev/null &
   echo $! > "$DCGM_PID_FILE"
-  for _ in $(seq 1 40); do
-    if curl -sf "http://$DCGM_LISTEN/metrics" >/dev/null; then
-      log "DCGM replay exporter (pid $(cat "$DCGM_PID_FILE")) on http://$DCGM_LISTEN/metrics; log var/log/dcgm-replay.log"
-      return 0
-    fi
-    exporter_running || break
-    sleep 0.25
-  done
+  if answers "http://$DCGM_LISTEN/metrics" exporter_running; then
+    log "DCGM replay exporter (pid $(cat "$DCGM_PID_FILE")) on http://$DCGM_LISTEN/metrics; log var/log/dcgm-replay.log"
+    return 0
+  fi
   tail -n 20 "$LOG_DIR/dcgm-replay.log" >&2
   die "the DCGM replay exporter did not answer on $DCGM_LISTEN"
 }
@@ -129,14 +136,10 @@ up() {
     --storage.tsdb.retention.time=15d --web.listen-address="$LISTEN" \
     >>"$LOG_DIR/prometheus.log" 2>&1 </dev/null &
   echo $! > "$PID_FILE"
-  for _ in $(seq 1 60); do
-    if curl -sf "http://$LISTEN/-/ready" >/dev/null; then
-      log "started (pid $(cat "$PID_FILE")) on http://$LISTEN/, scraping http://$PORTAL/metrics; log var/log/prometheus.log"
-      return 0
-    fi
-    is_running || break
-    sleep 0.5
-  done
+  if answers "http://$LISTEN/-/ready" is_running; then
+    log "started (pid $(cat "$PID_FILE")) on http://$LISTEN/, scraping http://$PORTAL/metrics; log var/log/prometheus.log"
+    return 0
+  fi
   tail -n 20 "$LOG_DIR/prometheus.log" >&2
   die "Prometheus did not become ready on $LISTEN"
 }
