@@ -27,6 +27,12 @@ def idle_jobs_act(*, cluster: Cluster, flagged: list[uuid.UUID], now: datetime) 
     idle_jobs_end_opted_in(cluster=cluster, now=now)
 
 
+def _changed(job_id: uuid.UUID, *, now: datetime) -> None:
+    """Mark the job changed, so that its open page (which reloads its facts when `updated_at` moves, on the push
+    after commit) shows the flag, the warning or the end without a reload."""
+    Job.objects.filter(pk=job_id).update(updated_at=now)
+
+
 def _tell_owner(job: Job, *, kind: str, title: str, body: str) -> None:
     """A notification (and e-mail) to the job's user about their job, linking to its page."""
     owners = [job.user] if job.user is not None and job.user.is_active else []
@@ -74,6 +80,7 @@ def job_idle_notify(*, job_id: uuid.UUID, now: datetime) -> bool:
             )
         efficiency.notified_at = now
         efficiency.save(update_fields=["notified_at"])
+        _changed(job.pk, now=now)
         notifications_send(
             users=recipients,
             tenant=job.project.tenant,
@@ -173,5 +180,6 @@ def _end(*, job_id: uuid.UUID, now: datetime) -> bool:
 def _record_and_tell(job: Job, detail: str, *, now: datetime, kind: str, title: str) -> None:
     """The policy's step in the job's timeline (its state unchanged), its owner told, its watchers updated."""
     JobTransition.objects.create(job=job, from_state=job.state, to_state=job.state, at=now, detail=detail[:500])
+    _changed(job.pk, now=now)
     _tell_owner(job, kind=kind, title=f"Job {job.name} {title}", body=f"Job {job.name} of {job.project}: {detail}.")
     transaction.on_commit(lambda: jobs_push([job.pk]))

@@ -183,6 +183,8 @@ def test_an_idle_job_is_flagged_once_its_limit_passes_and_its_owner_told_once(dc
     efficiency = JobEfficiency.objects.get(job=idle)
     # Idle from start - 5 s; the reading at start + 25 s is the first with 30 s behind it.
     assert efficiency.flagged_at == start + timedelta(seconds=25)
+    # Marked changed as it was flagged: an open job page reloads its facts on the push and shows the flag.
+    assert Job.objects.get(pk=idle.pk).updated_at == start + timedelta(seconds=25)
     assert efficiency.idle_gpu_seconds == 40
     # Priced at the job's rate: 40 idle GPU-seconds x 3.60 per GPU-hour = 0.04, exactly.
     rate_create(
