@@ -25,6 +25,7 @@ from billing.estimates import Estimate, estimate_for_request, job_estimate
 from billing.selectors import usage_record_amount, usage_record_for_job
 from clusters.models import Cluster
 from clusters.selectors import cluster_list_active, cluster_list_for_user
+from jobs.fitting import CoveredShape, covered_shape_choose
 from jobs.job_services import JobRequest, job_cancel, job_submit, job_template_resolve
 from jobs.models import ACTIVE_JOB_STATES, Job, JobState
 from jobs.selectors import (
@@ -114,14 +115,20 @@ class SubmitChoices:
     clusters: list[Cluster]
     project: Project | None
     cluster: Cluster | None
+    # Where the form starts: a shape on `cluster` that the project's open allocations cover, if any.
+    covered: CoveredShape | None = None
 
 
 def _choices(request: HttpRequest, *, project_label: str, cluster_name: str) -> SubmitChoices:
     projects = list(project_list_submittable_for_user(user=request.user))
     clusters = list(cluster_list_for_user(user=request.user))
     project = next((p for p in projects if _label(p) == project_label), projects[0] if projects else None)
-    cluster = next((c for c in clusters if c.name == cluster_name), clusters[0] if clusters else None)
-    return SubmitChoices(projects=projects, clusters=clusters, project=project, cluster=cluster)
+    cluster = next((c for c in clusters if c.name == cluster_name), None)
+    # Without a cluster chosen, the first one the project has GPU-hours on; on a chosen one, what they cover there.
+    covered = covered_shape_choose(project=project, clusters=[cluster] if cluster else clusters) if project else None
+    if cluster is None:
+        cluster = covered.cluster if covered else (clusters[0] if clusters else None)
+    return SubmitChoices(projects=projects, clusters=clusters, project=project, cluster=cluster, covered=covered)
 
 
 def _environment_text(environment: dict[str, str]) -> str:
@@ -132,9 +139,12 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
     """The form's values on first display: the template's, else the cluster's defaults and a starter script."""
     partitions = list(choices.cluster.partitions.all()) if choices.cluster else []
     default = next((p for p in partitions if p.is_default), partitions[0] if partitions else None)
+    covered = choices.covered
+    if covered is not None:
+        default = next((p for p in partitions if p.name == covered.partition), default)
     values: dict[str, Any] = {
         "partition": default.name if default else "",
-        "gpu_type": "",
+        "gpu_type": covered.gpu_type if covered else "",
         "gpus": 1,
         "time_limit_minutes": (default.default_time_minutes if default else None) or 60,
         "name": "",
@@ -146,7 +156,7 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
         values.update(
             template=template.id if isinstance(template, BuiltinTemplate) else str(template.pk),
             partition=template.partition or values["partition"],
-            gpu_type=template.gpu_type,
+            gpu_type=template.gpu_type or _covered_type_on(partitions, template.partition, values),
             gpus=template.gpus,
             time_limit_minutes=template.time_limit_minutes,
             name=template.name,
@@ -154,6 +164,14 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
             environment=_environment_text(dict(template.environment)),
         )
     return values
+
+
+def _covered_type_on(partitions: list[Any], partition_name: str, values: dict[str, Any]) -> str:
+    """For a template that names no GPU type: the covered type, where the template's partition offers it."""
+    if not partition_name or partition_name == values["partition"]:
+        return str(values["gpu_type"])
+    named = next((p for p in partitions if p.name == partition_name), None)
+    return str(values["gpu_type"]) if named is not None and values["gpu_type"] in named.gpu_types else ""
 
 
 def _templates(request: HttpRequest, project: Project | None) -> list[dict[str, str]]:

@@ -1,0 +1,74 @@
+"""Job shapes a project's open allocations cover: where the submit form and its templates start, so that a
+member is not offered, by default, a partition or GPU type their project has no GPU-hours for."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.utils import timezone
+
+from clusters.models import Cluster, Partition
+from quotas.models import Allocation
+from tenants.models import Project
+
+
+@dataclass(frozen=True)
+class CoveredShape:
+    """A cluster, partition and GPU type ("" for any type) that one of the project's open allocations covers."""
+
+    cluster: Cluster
+    partition: str
+    gpu_type: str
+    allocation: Allocation
+
+
+def covered_shape_choose(
+    *, project: Project, clusters: Sequence[Cluster], now: datetime | None = None
+) -> CoveredShape | None:
+    """The first shape, in the order of `clusters`, that an allocation of `project` open today covers; None when
+    no allocation covers any partition of them.
+
+    On each cluster, allocations with GPU-hours left come first, and among those one for any GPU type (which
+    keeps the cluster's default partition) before those for one type. An allocation for one type is matched
+    to a partition offering that type: the cluster's default partition if it does, else a partition that
+    offers only that type, else any other that offers it.
+    """
+    if not clusters:
+        return None
+    today = (now or timezone.now()).date()
+    allocations = list(
+        Allocation.objects.filter(
+            project=project, cluster__in=[cluster.pk for cluster in clusters], starts_on__lte=today, ends_on__gte=today
+        )
+    )
+    partitions: dict[int, list[Partition]] = {}
+    for partition in Partition.objects.filter(cluster__in=[cluster.pk for cluster in clusters]).order_by("name"):
+        partitions.setdefault(partition.cluster_id, []).append(partition)
+    for cluster in clusters:
+        mine = sorted(
+            (allocation for allocation in allocations if allocation.cluster_id == cluster.pk),
+            key=lambda allocation: (
+                allocation.remaining_gpu_seconds <= 0,
+                allocation.gpu_type != "",
+                allocation.gpu_type,
+            ),
+        )
+        for allocation in mine:
+            partition = _partition_for(partitions.get(cluster.pk, []), gpu_type=allocation.gpu_type)
+            if partition is not None:
+                return CoveredShape(
+                    cluster=cluster, partition=partition.name, gpu_type=allocation.gpu_type, allocation=allocation
+                )
+    return None
+
+
+def _partition_for(partitions: list[Partition], *, gpu_type: str) -> Partition | None:
+    offering = [partition for partition in partitions if not gpu_type or gpu_type in partition.gpu_types]
+    if not offering:
+        return None
+    return min(
+        offering,
+        key=lambda partition: (not partition.is_default, list(partition.gpu_types) != [gpu_type], partition.name),
+    )
