@@ -28,10 +28,12 @@ from clusters.selectors import cluster_list_active, cluster_list_for_user
 from jobs.fitting import CoveredShape, covered_shape_choose
 from jobs.job_services import JobRequest, job_cancel, job_submit, job_template_resolve
 from jobs.models import ACTIVE_JOB_STATES, Job, JobState
+from jobs.reruns import job_rerun
 from jobs.selectors import (
     JobAction,
     job_get_for_user,
     job_list_filtered_for_user,
+    job_reruns_list,
     job_template_list_for_user,
     project_list_submittable_for_user,
 )
@@ -105,6 +107,12 @@ class JobForm(forms.Form):
             environment=data["environment"],
             template=data["template"] or None,
         )
+
+    def rerun_overrides(self) -> dict[str, Any]:
+        """The fields of an "edit and run again" form, as changes to the job it runs again."""
+        request = self.job_request()
+        fields = ("cluster", "partition", "gpu_type", "gpus", "time_limit_minutes", "name", "script", "environment")
+        return {field: getattr(request, field) for field in fields}
 
 
 @dataclass
@@ -197,6 +205,7 @@ def _render_submit(
     form_errors: list[str] | None = None,
     template_missing: str = "",
     status: int = 200,
+    rerun_of: Job | None = None,
 ) -> HttpResponse:
     errors = dict(errors or {})
     # Errors that concern no single field go to the top of the form, with the service's conflicts.
@@ -216,6 +225,7 @@ def _render_submit(
         "template_query": urlencode(query),
         "partitions": list(choices.cluster.partitions.all()) if choices.cluster else [],
         "gpu_types": list(choices.cluster.gpu_types.all()) if choices.cluster else [],
+        "rerun_of": rerun_of,
     }
     return render(request, "frontend/jobs/submit.html", context, status=status)
 
@@ -226,6 +236,8 @@ def job_submit_page(request: HttpRequest) -> HttpResponse:
     """GET: the form (`?project=&cluster=&template=` choose and prefill). POST: submit, then the job's page."""
     if request.method == "POST":
         return _submit(request)
+    if request.GET.get("rerun"):
+        return _rerun_form(request, job_id=request.GET["rerun"])
     choices = _choices(
         request, project_label=request.GET.get("project", ""), cluster_name=request.GET.get("cluster", "")
     )
@@ -248,24 +260,48 @@ def job_submit_page(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _rerun_form(request: HttpRequest, *, job_id: str) -> HttpResponse:
+    """ "Edit and run again": the form prefilled with the job's fields, submitting a rerun linked to it."""
+    job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.RERUN)
+    choices = _choices(request, project_label=_label(job.project), cluster_name=job.cluster.name)
+    values = {
+        **_initial_values(choices, None),
+        "partition": job.partition,
+        "gpu_type": job.gpu_type,
+        "gpus": job.gpus,
+        "time_limit_minutes": job.time_limit_minutes,
+        "name": job.name,
+        "script": job.script,
+        "environment": _environment_text(dict(job.environment)),
+    }
+    return _render_submit(request, choices=choices, values=values, rerun_of=job)
+
+
 def _submit(request: HttpRequest) -> HttpResponse:
     form = JobForm(request.POST)
+    rerun_id = request.POST.get("rerun_of", "")
+    original = job_get_for_user(user=request.user, job_id=rerun_id, action=JobAction.RERUN) if rerun_id else None
     choices = _choices(
-        request, project_label=request.POST.get("project", ""), cluster_name=request.POST.get("cluster", "")
+        request,
+        project_label=_label(original.project) if original else request.POST.get("project", ""),
+        cluster_name=request.POST.get("cluster", ""),
     )
     values = {key: request.POST.get(key, "") for key in JobForm.base_fields}
     if not form.is_valid():
         errors = {field: [str(text) for text in texts] for field, texts in form.errors.items()}
-        return _render_submit(request, choices=choices, values=values, errors=errors)
+        return _render_submit(request, choices=choices, values=values, errors=errors, rerun_of=original)
     try:
-        project = project_get_by_label_for_user(
-            user=request.user, label=form.cleaned_data["project"], action=ProjectAction.SUBMIT
-        )
-        job, _ = job_submit(user=request.user, project=project, request=form.job_request())  # type: ignore[arg-type]
+        if original is not None:
+            job = job_rerun(user=request.user, job=original, overrides=form.rerun_overrides()).job  # type: ignore[arg-type]
+        else:
+            project = project_get_by_label_for_user(
+                user=request.user, label=form.cleaned_data["project"], action=ProjectAction.SUBMIT
+            )
+            job, _ = job_submit(user=request.user, project=project, request=form.job_request())  # type: ignore[arg-type]
     except ValidationError as error:
-        return _render_submit(request, choices=choices, values=values, errors=_field_errors(error))
+        return _render_submit(request, choices=choices, values=values, errors=_field_errors(error), rerun_of=original)
     except Conflict as error:
-        return _render_submit(request, choices=choices, values=values, form_errors=[str(error)])
+        return _render_submit(request, choices=choices, values=values, form_errors=[str(error)], rerun_of=original)
     messages.success(request, f"Job “{job.name}” was accepted; a worker is handing it to {job.cluster.name}.")
     return redirect("job-detail", job_id=job.pk)
 
@@ -381,6 +417,16 @@ def _may_cancel(request: HttpRequest, job: Job) -> bool:
     return True
 
 
+def _may_rerun(request: HttpRequest, job: Job) -> bool:
+    if job.is_external or not job.script:
+        return False
+    try:
+        job_get_for_user(user=request.user, job_id=job.pk, action=JobAction.RERUN)
+    except PermissionDenied:
+        return False
+    return True
+
+
 @require_safe
 @login_required
 def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
@@ -395,6 +441,8 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         # Rounded by billing's one rule, as the invoice rounds it; the template shows it as it is.
         "usage_amount": usage_record_amount(record=usage) if usage is not None else None,
         "may_cancel": _may_cancel(request, job),
+        "may_rerun": job.is_final and _may_rerun(request, job),
+        "reruns": job_reruns_list(job=job),
         "project_label": _label(job.project),
         "log": {
             "socket": f"/ws/jobs/{job.pk}/log/",
@@ -426,10 +474,34 @@ def job_cancel_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
     return redirect("job-detail", job_id=job.pk)
 
 
+@require_POST
+@login_required
+def job_rerun_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
+    """Run the job again as it was (or, with `partition`/`gpu_type` and `replace`, run a waiting job there
+    instead); then the new job's page. Refusals go back to the original's page with the reason."""
+    job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.RERUN)
+    replace = request.POST.get("replace") == "1"
+    if replace:
+        job_get_for_user(user=request.user, job_id=job_id, action=JobAction.CANCEL)
+    overrides = {field: request.POST[field] for field in ("partition", "gpu_type") if field in request.POST}
+    try:
+        accepted = job_rerun(user=request.user, job=job, overrides=overrides, replace=replace)  # type: ignore[arg-type]
+    except ValidationError as error:
+        messages.error(request, " ".join(text for texts in _field_errors(error).values() for text in texts))
+        return redirect("job-detail", job_id=job.pk)
+    except Conflict as error:
+        messages.error(request, str(error))
+        return redirect("job-detail", job_id=job.pk)
+    where = f" on partition {accepted.job.partition}" if replace else ""
+    messages.success(request, f"“{job.name}” runs again{where} as this job; a worker is handing it to Slurm.")
+    return redirect("job-detail", job_id=accepted.job.pk)
+
+
 urlpatterns: list[URLPattern] = [
     path("jobs/", job_list_page, name="job-list"),
     path("jobs/new/", job_submit_page, name="job-submit"),
     path("jobs/new/estimates/", job_estimate_partial, name="job-estimate"),
     path("jobs/<uuid:job_id>/", job_detail_page, name="job-detail"),
     path("jobs/<uuid:job_id>/cancel/", job_cancel_page, name="job-cancel"),
+    path("jobs/<uuid:job_id>/rerun/", job_rerun_page, name="job-rerun"),
 ]

@@ -24,6 +24,7 @@ from jobs import job_services
 from jobs.job_services import JobRequest
 from jobs.models import Job, JobState, JobTemplate
 from jobs.reasons import pending_reason_text
+from jobs.reruns import job_rerun
 from jobs.selectors import (
     JobAction,
     job_detail_load,
@@ -88,6 +89,7 @@ class JobOutput(serializers.Serializer[Any]):
     started_at = serializers.DateTimeField(allow_null=True)
     ended_at = serializers.DateTimeField(allow_null=True)
     updated_at = serializers.DateTimeField()
+    rerun_of = serializers.UUIDField(source="rerun_of_id", allow_null=True, help_text="The job this one runs again")
     links = serializers.SerializerMethodField()
 
     def get_project(self, job: Job) -> str:
@@ -106,6 +108,7 @@ class JobOutput(serializers.Serializer[Any]):
         return {
             "self": reverse("api-job", args=[job.pk]),
             "cancel": reverse("api-job-cancel", args=[job.pk]),
+            "rerun": reverse("api-job-rerun", args=[job.pk]),
             "log": f"/api/v1/jobs/{job.pk}/log/",
             "log_socket": f"/ws/jobs/{job.pk}/log/",
             "state_socket": f"/ws/jobs/{job.pk}/",
@@ -120,6 +123,10 @@ class JobDetailOutput(JobOutput):
     stdout_path = serializers.CharField()
     stderr_path = serializers.CharField()
     transitions = JobTransitionOutput(many=True)
+    reruns = serializers.SerializerMethodField(help_text="The jobs that run this one again, oldest first")
+
+    def get_reruns(self, job: Job) -> list[str]:
+        return [str(rerun_id) for rerun_id in job.reruns.order_by("created_at", "id").values_list("pk", flat=True)]
 
 
 class JobSubmitOutput(JobDetailOutput):
@@ -132,6 +139,9 @@ class JobSubmitOutput(JobDetailOutput):
     def get_estimate(self, job: Job) -> dict[str, Any] | None:
         estimate: dict[str, Any] | None = self.context.get("estimate")
         return estimate
+
+    def get_reruns(self, job: Job) -> list[str]:
+        return []  # just accepted: nothing runs it again yet (and the reply reads nothing back)
 
     @extend_schema_field(JobTransitionOutput(many=True))
     def get_transitions(self, job: Job) -> list[dict[str, Any]]:
@@ -222,9 +232,7 @@ class JobListApi(generics.ListAPIView):  # type: ignore[type-arg]
         serializer = JobSubmitInput(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
-        key = request.headers.get("Idempotency-Key", "").strip()
-        if len(key) > 100:
-            raise serializers.ValidationError({"Idempotency-Key": ["Use a key of at most 100 characters."]})
+        key = _idempotency_key(request)
         project, target = submission_project_get(
             user=request.user, label=data.pop("project"), cluster_name=data["cluster"]
         )
@@ -234,17 +242,29 @@ class JobListApi(generics.ListAPIView):  # type: ignore[type-arg]
             request=JobRequest(**data, idempotency_key=key),
             target=target,
         )
-        if accepted.created:
-            job, transitions = accepted.job, accepted.transitions
-            # Billing depends on jobs, so its estimate is found by name rather than imported.
-            estimator = settings.JOB_ESTIMATE_FUNCTION
-            estimate = import_string(estimator)(accepted) if estimator else None
-        else:
-            job = job_detail_load(job_id=accepted.job.pk)  # access was checked on the project above
-            transitions, estimate = list(job.transitions.all()), None
-        reply = JobSubmitOutput(job, context={"estimate": estimate, "transitions": transitions}).data
-        code = status.HTTP_202_ACCEPTED if accepted.created else status.HTTP_200_OK
-        return Response(reply, status=code, headers={"Location": reverse("api-job", args=[job.pk])})
+        return _accepted_reply(accepted)
+
+
+def _idempotency_key(request: Request) -> str:
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if len(key) > 100:
+        raise serializers.ValidationError({"Idempotency-Key": ["Use a key of at most 100 characters."]})
+    return key
+
+
+def _accepted_reply(accepted: job_services.Accepted) -> Response:
+    """202 with the new job and its estimate; 200 with the job an earlier request with the same key created."""
+    if accepted.created:
+        job, transitions = accepted.job, accepted.transitions
+        # Billing depends on jobs, so its estimate is found by name rather than imported.
+        estimator = settings.JOB_ESTIMATE_FUNCTION
+        estimate = import_string(estimator)(accepted) if estimator else None
+    else:
+        job = job_detail_load(job_id=accepted.job.pk)  # access was checked on the project or job
+        transitions, estimate = list(job.transitions.all()), None
+    reply = JobSubmitOutput(job, context={"estimate": estimate, "transitions": transitions}).data
+    code = status.HTTP_202_ACCEPTED if accepted.created else status.HTTP_200_OK
+    return Response(reply, status=code, headers={"Location": reverse("api-job", args=[job.pk])})
 
 
 class JobDetailApi(APIView):
@@ -269,6 +289,43 @@ class JobCancelApi(APIView):
         job_services.job_cancel(user=request.user, job=job)  # type: ignore[arg-type]
         job = job_get_for_user(user=request.user, job_id=job_id)
         return Response(JobDetailOutput(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class JobRerunInput(JobSubmitInput):
+    """What a rerun may change; every field left out keeps the original job's value."""
+
+    project = None  # type: ignore[assignment]  # a rerun stays in the original's project
+    template = None  # type: ignore[assignment]
+    cluster = serializers.CharField(required=False, help_text="Default: the original job's cluster")
+
+
+class JobRerunApi(APIView):
+    @extend_schema(
+        operation_id="jobs_rerun",
+        summary="Run a job again (those who may submit to its project): its script, environment and shape, "
+        "with the fields given changed; the new job's `rerun_of` names the original",
+        request=JobRerunInput,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="Send the same key when retrying: the rerun is created once",
+            )
+        ],
+        responses={202: JobSubmitOutput, 200: JobSubmitOutput, **ERRORS_WITH_CONFLICT},
+    )
+    def post(self, request: Request, job_id: str) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.RERUN)
+        serializer = JobRerunInput(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        accepted = job_rerun(
+            user=request.user,  # type: ignore[arg-type]
+            job=job,
+            overrides=dict(serializer.validated_data),
+            idempotency_key=_idempotency_key(request),
+        )
+        return _accepted_reply(accepted)
 
 
 # Templates ---------------------------------------------------------------------------------------------

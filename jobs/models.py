@@ -83,6 +83,11 @@ class Job(models.Model):
     state_reason = models.CharField(max_length=200, blank=True)
     last_error = models.TextField(blank=True, help_text="Why the job is not in Slurm yet, or why it was rejected")
 
+    # While pending: when Slurm's backfill scheduler expects it to start (its `start_time` of a pending job).
+    expected_start_at = models.DateTimeField(null=True, blank=True)
+    # The job this one runs again ("run again", "edit and run again", "run it there instead").
+    rerun_of = models.ForeignKey("self", on_delete=models.SET_NULL, related_name="reruns", null=True, blank=True)
+
     slurm_job_id = models.PositiveBigIntegerField(null=True, blank=True)
     slurm_submit_time = models.DateTimeField(null=True, blank=True)
     nodes = models.CharField(max_length=500, blank=True)

@@ -35,6 +35,7 @@ from tenants.selectors import (
 class JobAction(enum.Enum):
     VIEW = "view"  # anyone who may view the project
     CANCEL = "cancel"  # the job's owner, project managers, tenant admins
+    RERUN = "rerun"  # whoever may submit to its project: members and managers (a rerun runs as its requester)
 
 
 def job_list_for_user(*, user: AnyUser) -> QuerySet[Job]:
@@ -85,7 +86,20 @@ def job_get_for_user(*, user: AnyUser, job_id: uuid.UUID | str, action: JobActio
                     f"Only the job's owner, the managers of project '{job.project}' and its tenant's admins "
                     "may cancel this job."
                 ) from None
+    if action is JobAction.RERUN:
+        try:
+            project_get_by_id_for_user(user=user, project_id=job.project_id, action=ProjectAction.SUBMIT)
+        except PermissionDenied:
+            raise PermissionDenied(
+                f"Only those who may submit to project '{job.project}' (its members and managers) may run its "
+                "jobs again."
+            ) from None
     return job
+
+
+def job_reruns_list(*, job: Job) -> list[Job]:
+    """The jobs that run `job` again, oldest first (they are in its project, so whoever sees it sees them)."""
+    return list(job.reruns.order_by("created_at", "id").only("pk", "name", "state", "created_at"))
 
 
 # Submissions ---------------------------------------------------------------------------------------------
