@@ -19,15 +19,17 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from billing.estimates import Estimate, estimate_for_request, job_estimate
 from billing.selectors import usage_record_amount, usage_record_for_job
 from clusters.models import Cluster
 from clusters.selectors import cluster_list_active, cluster_list_for_user
-from jobs.fitting import CoveredShape, covered_shape_choose
+from jobs.fitting import CoveredShape, covered_shape_choose, free_alternatives
 from jobs.job_services import JobRequest, job_cancel, job_submit, job_template_resolve
 from jobs.models import ACTIVE_JOB_STATES, Job, JobState
+from jobs.reasons import pending_reason_text
 from jobs.reruns import job_rerun
 from jobs.selectors import (
     JobAction,
@@ -427,6 +429,20 @@ def _may_rerun(request: HttpRequest, job: Job) -> bool:
     return True
 
 
+def _waiting(request: HttpRequest, job: Job) -> dict[str, Any] | None:
+    """For a pending job: why it waits in plain words, when Slurm expects it to start, and where it could start
+    now instead (offered to those who may both cancel it and run it again)."""
+    if job.state != JobState.PENDING:
+        return None
+    movable = _may_cancel(request, job) and _may_rerun(request, job)
+    return {
+        "reason": pending_reason_text(job.state_reason),
+        "expected_start_at": job.expected_start_at,
+        "overdue": job.expected_start_at is not None and job.expected_start_at <= timezone.now(),
+        "alternatives": free_alternatives(job=job) if movable else [],
+    }
+
+
 @require_safe
 @login_required
 def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
@@ -443,6 +459,7 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         "may_cancel": _may_cancel(request, job),
         "may_rerun": job.is_final and _may_rerun(request, job),
         "reruns": job_reruns_list(job=job),
+        "waiting": _waiting(request, job),
         "project_label": _label(job.project),
         "log": {
             "socket": f"/ws/jobs/{job.pk}/log/",

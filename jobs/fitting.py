@@ -9,8 +9,10 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from clusters.models import Cluster, Partition
+from clusters.models import Cluster, Node, Partition
+from jobs.models import Job
 from quotas.models import Allocation
+from quotas.services import allocation_for
 from tenants.models import Project
 
 
@@ -72,3 +74,56 @@ def _partition_for(partitions: list[Partition], *, gpu_type: str) -> Partition |
         offering,
         key=lambda partition: (not partition.is_default, list(partition.gpu_types) != [gpu_type], partition.name),
     )
+
+
+@dataclass(frozen=True)
+class FreeAlternative:
+    """A partition and GPU type where a waiting job could start now: one node there has `free_gpus` of that type
+    free (as last synced), and an open allocation of the job's project covers it with room for the job."""
+
+    partition: str
+    gpu_type: str
+    free_gpus: int
+
+
+_USABLE_NODE_STATES = ("idle", "mixed")
+
+
+def free_alternatives(*, job: Job, now: datetime | None = None) -> list[FreeAlternative]:
+    """Other shapes on the job's cluster where it could start now instead of waiting, best first (most free GPUs).
+
+    Only single-node shapes are offered, as the portal's jobs run on one node: a node of the partition, up and
+    not drained, must have the job's GPUs free of one type, and its CPUs if the job names them; the partition
+    must allow the job's time limit; and the allocation the job would draw on there must have its GPU-hours left.
+    """
+    today = (now or timezone.now()).date()
+    allocations = list(
+        Allocation.objects.filter(
+            project_id=job.project_id, cluster_id=job.cluster_id, starts_on__lte=today, ends_on__gte=today
+        )
+    )
+    needed = job.gpus * job.time_limit_minutes * 60
+    nodes = list(Node.objects.filter(cluster_id=job.cluster_id, state__in=_USABLE_NODE_STATES))
+    found: list[FreeAlternative] = []
+    for partition in Partition.objects.filter(cluster_id=job.cluster_id, state__iexact="up").order_by("name"):
+        if partition.max_time_minutes is not None and job.time_limit_minutes > partition.max_time_minutes:
+            continue
+        for gpu_type in partition.gpu_types:
+            if partition.name == job.partition and (not job.gpu_type or gpu_type == job.gpu_type):
+                continue  # where it waits already
+            allocation = allocation_for(candidates=allocations, gpu_type=gpu_type)
+            if allocation is None or allocation.remaining_gpu_seconds < needed:
+                continue
+            free = max(
+                (
+                    node.gpus_total - node.gpus_used
+                    for node in nodes
+                    if node.name in partition.node_names
+                    and node.gpu_type == gpu_type
+                    and (job.cpus is None or node.cpus - node.cpus_allocated >= job.cpus)
+                ),
+                default=0,
+            )
+            if free >= job.gpus:
+                found.append(FreeAlternative(partition=partition.name, gpu_type=gpu_type, free_gpus=free))
+    return sorted(found, key=lambda alternative: -alternative.free_gpus)

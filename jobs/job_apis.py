@@ -72,6 +72,9 @@ class JobOutput(serializers.Serializer[Any]):
     slurm_state = serializers.CharField(help_text="Slurm's own state, e.g. OUT_OF_MEMORY")
     state_reason = serializers.CharField(help_text="Slurm's reason code, e.g. Priority")
     pending_reason = serializers.SerializerMethodField(help_text="Why it waits, in plain words")
+    expected_start_at = serializers.DateTimeField(
+        allow_null=True, help_text="While pending: when Slurm's backfill scheduler expects it to start; null: no estimate"
+    )
     last_error = serializers.CharField(help_text="Why it is not in Slurm yet, or why it was rejected")
     cancel_requested = serializers.SerializerMethodField()
     slurm_job_id = serializers.IntegerField(allow_null=True)

@@ -895,6 +895,7 @@ _SYNCED_FIELDS = [
     "exit_code",
     "last_error",
     "submit_lease_until",
+    "expected_start_at",
     "updated_at",
 ]
 
@@ -950,6 +951,11 @@ def slurm_record_apply(
     if job.is_final:
         job.ended_at = slurm_job.end_time or job.ended_at or now
         job.exit_code = slurm_job.exit_code
+    # Accounting records carry no estimate: they leave a pending job's last one as it was.
+    if job.state != JobState.PENDING:
+        job.expected_start_at = None
+    elif isinstance(slurm_job, SlurmJob):
+        job.expected_start_at = slurm_job.expected_start_time
     after = {field: getattr(job, field) for field in _SYNCED_FIELDS}
     if after == before:
         return None

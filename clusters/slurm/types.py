@@ -158,6 +158,8 @@ class SlurmJob:
     # How often Slurm put the job back in the queue (restart_cnt): after a node failure, a preemption or
     # `scontrol requeue`. The run now pending or running is attempt `restart_count + 1`.
     restart_count: int = 0
+    # A pending job's start_time: the backfill scheduler's estimate of when it will start (None: none yet).
+    expected_start_time: datetime | None = None
 
 
 @dataclass(frozen=True)

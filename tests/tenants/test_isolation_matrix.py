@@ -255,6 +255,8 @@ MATRIX: dict[str, dict[str, Case]] = {
     # The job's owner is the member; managers and tenant admins cancel anyone's job.
     "api/v1/jobs/<uuid:job_id>/cancel/": {"POST": Case(only(202, ("member", *PROJECT_MANAGERS)))},
     "api/v1/jobs/<uuid:job_id>/log/": {"GET": Case(only(200, PROJECT_VIEWERS))},
+    # Running a job again is submitting: those who may submit to its project.
+    "api/v1/jobs/<uuid:job_id>/rerun/": {"POST": Case(only(202, SUBMITTERS), body=lambda w: {"name": "again"})},
     # Allocations: read by those who see the project; created and changed by portal admins only.
     "api/v1/allocations/": {
         "GET": Case(everyone(200), leak_free_for=("outsider", "tenant_member")),

@@ -149,6 +149,7 @@ class DataParserCodec(Codec):
             standard_output=standard_output,
             standard_error=standard_error,
             restart_count=plain_number(raw.get("restart_cnt")) or 0,
+            expected_start_time=timestamp(raw.get("start_time")) if state is JobState.PENDING else None,
         )
 
     def _job_gpus(self, raw: Json) -> tuple[int, str | None]:

@@ -142,6 +142,7 @@ class V0038Codec(Codec):
             standard_output=raw.get("standard_output") or "",
             standard_error=raw.get("standard_error") or "",
             restart_count=plain_number(raw.get("restart_cnt")) or 0,
+            expected_start_time=timestamp(raw.get("start_time")) if state is JobState.PENDING else None,
         )
 
     def decode_accounting_jobs(self, body: Json) -> list[AccountingRecord]:
