@@ -14,8 +14,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from clusters.models import Cluster, ClusterAccount, GpuType, Node, Partition
-from jobs.fitting import covered_shape_choose
-from jobs.models import Job
+from jobs.fitting import covered_shape_choose, free_alternatives
+from jobs.job_services import JobRequest, job_submit
+from jobs.models import Job, JobState
 from tenants.models import Project
 from tests.factories import add_project_member, grant_allocation, make_project, make_tenant, make_user
 
@@ -212,3 +213,108 @@ def test_every_refusal_of_the_form_is_the_apis_own_words(bob: Any, project: Proj
     )
     assert verdict.endswith(f"; but it would be refused: {api_message}")
     assert Job.objects.count() == 0
+
+
+# Where a waiting job could start now -------------------------------------------------------------------
+
+
+def _waiting_job(project: Project, cluster: Cluster, **fields: Any) -> Job:
+    """bob's job, pending in Slurm for want of free h100s (both h100 nodes' GPUs are in use)."""
+    user = make_user()
+    add_project_member(project, user, "member")
+    ClusterAccount.objects.create(cluster=cluster, user=user, username=f"bob{user.pk}")
+    Node.objects.filter(cluster=cluster, name="h1").update(gpus_used=4)
+    values: dict[str, Any] = {"partition": "h100", "gpu_type": "h100", "gpus": 2, "time_limit_minutes": 60, **fields}
+    job, _ = job_submit(
+        user=user,
+        project=project,
+        request=JobRequest(cluster=cluster.name, name="train", script=SCRIPT, environment={"EPOCHS": "2"}, **values),
+    )
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.PENDING,
+        slurm_job_id=4242,
+        state_reason="Resources",
+        expected_start_at=timezone.now() + timedelta(hours=2),
+    )
+    job.refresh_from_db()
+    return job
+
+
+def _alternatives(job: Job) -> list[tuple[str, str, int]]:
+    return [(found.partition, found.gpu_type, found.free_gpus) for found in free_alternatives(job=job)]
+
+
+def test_a_waiting_job_is_offered_the_covered_partitions_with_free_gpus(local: Cluster, project: Project) -> None:
+    grant_allocation(project, local, 100)  # any type
+    Node.objects.filter(cluster=local, name="a1").update(gpus_used=1)
+    job = _waiting_job(project, local)
+    # 'debug' allows 30 minutes only; the job asks for 60.
+    assert _alternatives(job) == [("l40s", "l40s", 4), ("a100", "a100", 3)]
+
+    short = _waiting_job(project, local, time_limit_minutes=30)
+    assert _alternatives(short) == [("l40s", "l40s", 4), ("a100", "a100", 3), ("debug", "a100", 3)]
+
+
+def test_only_shapes_the_allocation_covers_with_room_on_usable_nodes_are_offered(
+    local: Cluster, project: Project
+) -> None:
+    grant_allocation(project, local, 100, gpu_type="h100")
+    grant_allocation(project, local, 1, gpu_type="a100")  # 1 GPU-hour: not enough for 2 GPUs x 60 min
+    grant_allocation(project, local, 100, gpu_type="l40s")
+    Node.objects.filter(cluster=local, name="l1").update(state="drained")
+    job = _waiting_job(project, local)
+    assert _alternatives(job) == []
+    Node.objects.filter(cluster=local, name="l1").update(state="mixed", gpus_used=3)
+    assert _alternatives(job) == []  # one l40s free, the job needs 2
+    Node.objects.filter(cluster=local, name="l1").update(gpus_used=2)
+    assert _alternatives(job) == [("l40s", "l40s", 2)]
+
+
+def test_the_page_says_when_it_will_start_and_runs_it_there_instead(local: Cluster, project: Project) -> None:
+    grant_allocation(project, local, 100)
+    job = _waiting_job(project, local)
+    client = Client()
+    client.force_login(job.user)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Waiting: waiting for GPUs or other resources to become free (Slurm: <code>Resources</code>)." in page
+    expected = job.expected_start_at
+    assert expected is not None
+    assert f'Slurm expects it to start by <time id="job-expected-start" datetime="{expected.isoformat()}">' in page
+    forms = re.findall(r'<form method="post" action="/jobs/[^"]+/rerun/" class="move-job">(.*?)</form>', page, re.S)
+    assert [re.findall(r'name="(partition|gpu_type)" value="([^"]*)"', form) for form in forms] == [
+        [("partition", "a100"), ("gpu_type", "a100")],
+        [("partition", "l40s"), ("gpu_type", "l40s")],
+    ]
+    assert "Partition <strong>l40s</strong> has 4 l40s GPUs free on one node now" in page
+
+    viewer = make_user()
+    add_project_member(project, viewer, "viewer")
+    client_of_viewer = Client()
+    client_of_viewer.force_login(viewer)
+    assert "Run it there instead" not in client_of_viewer.get(f"/jobs/{job.pk}/").content.decode()
+    assert (
+        client_of_viewer.post(
+            f"/jobs/{job.pk}/rerun/", {"partition": "a100", "gpu_type": "a100", "replace": "1"}
+        ).status_code
+        == 403
+    )
+
+    response = client.post(f"/jobs/{job.pk}/rerun/", {"partition": "a100", "gpu_type": "a100", "replace": "1"})
+    moved = Job.objects.get(rerun_of=job)
+    assert response["Location"] == f"/jobs/{moved.pk}/"
+    assert (moved.partition, moved.gpu_type, moved.gpus, moved.script, moved.environment, moved.state) == (
+        "a100",
+        "a100",
+        2,
+        SCRIPT,
+        {"EPOCHS": "2"},
+        JobState.QUEUED,
+    )
+    job.refresh_from_db()
+    assert job.cancel_requested_at is not None  # in Slurm: a worker cancels it there
+    assert "“train” runs again on partition a100 as this job" in client.get(response["Location"]).content.decode()
+
+    # A second click finds it no longer waiting to start: nothing more is created.
+    again = client.post(f"/jobs/{job.pk}/rerun/", {"partition": "a100", "gpu_type": "a100", "replace": "1"})
+    assert again["Location"] == f"/jobs/{job.pk}/"
+    assert Job.objects.filter(rerun_of=job).count() == 1
