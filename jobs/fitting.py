@@ -58,10 +58,10 @@ def covered_shape_choose(
             ),
         )
         for allocation in mine:
-            partition = _partition_for(partitions.get(cluster.pk, []), gpu_type=allocation.gpu_type)
-            if partition is not None:
+            chosen = _partition_for(partitions.get(cluster.pk, []), gpu_type=allocation.gpu_type)
+            if chosen is not None:
                 return CoveredShape(
-                    cluster=cluster, partition=partition.name, gpu_type=allocation.gpu_type, allocation=allocation
+                    cluster=cluster, partition=chosen.name, gpu_type=allocation.gpu_type, allocation=allocation
                 )
     return None
 

@@ -73,7 +73,7 @@ class JobOutput(serializers.Serializer[Any]):
     state_reason = serializers.CharField(help_text="Slurm's reason code, e.g. Priority")
     pending_reason = serializers.SerializerMethodField(help_text="Why it waits, in plain words")
     expected_start_at = serializers.DateTimeField(
-        allow_null=True, help_text="While pending: when Slurm's backfill scheduler expects it to start; null: no estimate"
+        allow_null=True, help_text="While pending: when Slurm's backfill scheduler expects it to start; null: none"
     )
     last_error = serializers.CharField(help_text="Why it is not in Slurm yet, or why it was rejected")
     cancel_requested = serializers.SerializerMethodField()

@@ -273,6 +273,7 @@ def test_only_shapes_the_allocation_covers_with_room_on_usable_nodes_are_offered
 def test_the_page_says_when_it_will_start_and_runs_it_there_instead(local: Cluster, project: Project) -> None:
     grant_allocation(project, local, 100)
     job = _waiting_job(project, local)
+    assert job.user is not None
     client = Client()
     client.force_login(job.user)
     page = client.get(f"/jobs/{job.pk}/").content.decode()

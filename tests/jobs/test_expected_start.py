@@ -4,7 +4,6 @@ words, in the API."""
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -13,6 +12,7 @@ from clusters.clients import slurm_client_for
 from clusters.models import Partition
 from jobs.models import Job, JobState
 from jobs.reasons import pending_reason_text
+from tests.conftest import wait_until
 from tests.jobs.conftest import LiveProject
 from tests.live_clusters import LiveCluster
 
@@ -52,25 +52,30 @@ def test_a_job_waiting_for_gpus_shows_slurms_expected_start(
         lambda job: job.state == JobState.PENDING and job.expected_start_at is not None and job.state_reason != "",
     )
 
-    assert job.submitted_at is not None
+    expected, submitted = job.expected_start_at, job.submitted_at
+    assert expected is not None
+    assert submitted is not None
+    assert job.slurm_job_id is not None
     assert job.state_reason in {"Resources", "Priority"}
-    assert job.expected_start_at > job.submitted_at
+    assert expected > submitted
     if len(started) == len(blockers):  # all blockers run: the waiting job starts when the first of them ends
         first_end = min(started).replace(microsecond=0) + timedelta(minutes=BLOCKER_MINUTES)
-        assert job.expected_start_at >= first_end - timedelta(seconds=1)
-    # The portal shows Slurm's own estimate, as slurmrestd gives it for the job now.
+        assert expected >= first_end - timedelta(seconds=1)
+    # The portal shows Slurm's own estimate, as slurmrestd gives it for the job now (backfill may move it).
     client = slurm_client_for(cluster)
-    deadline = time.monotonic() + 30
-    while True:
-        direct = client.get_job(job_id=job.slurm_job_id).expected_start_time
+    slurm_job_id = job.slurm_job_id
+
+    def same_as_slurm() -> bool:
+        direct = client.get_job(job_id=slurm_job_id).expected_start_time
         contract_project.sync()
         job.refresh_from_db()
-        if direct == job.expected_start_at or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert job.expected_start_at == direct
+        return direct is not None and direct == job.expected_start_at
+
+    wait_until(same_as_slurm, timeout_seconds=30, what="the portal's estimate to be Slurm's")
+    expected = job.expected_start_at
+    assert expected is not None
     detail = contract_project.api.get(f"/api/v1/jobs/{job.pk}/").json()
-    assert detail["expected_start_at"] == job.expected_start_at.isoformat().replace("+00:00", "Z")
+    assert detail["expected_start_at"] == expected.isoformat().replace("+00:00", "Z")
     assert detail["pending_reason"] == pending_reason_text(job.state_reason)
     assert detail["pending_reason"] in {
         "waiting for GPUs or other resources to become free",
