@@ -26,6 +26,7 @@ from billing.estimates import Estimate, estimate_for_request, job_estimate
 from billing.selectors import usage_record_amount, usage_record_for_job
 from clusters.models import Cluster
 from clusters.selectors import cluster_list_active, cluster_list_for_user
+from jobs.end_watches import job_end_watch_set, job_end_watching
 from jobs.fitting import CoveredShape, covered_shape_choose, free_alternatives
 from jobs.job_services import JobRequest, job_cancel, job_submit, job_template_resolve
 from jobs.models import ACTIVE_JOB_STATES, Job, JobState
@@ -460,6 +461,7 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         "may_rerun": job.is_final and _may_rerun(request, job),
         "reruns": job_reruns_list(job=job),
         "waiting": _waiting(request, job),
+        "watching": job_end_watching(user=request.user, job=job),  # type: ignore[arg-type]
         "project_label": _label(job.project),
         "log": {
             "socket": f"/ws/jobs/{job.pk}/log/",
@@ -514,6 +516,25 @@ def job_rerun_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
     return redirect("job-detail", job_id=accepted.job.pk)
 
 
+@require_POST
+@login_required
+def job_watch_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
+    """Ask to be told when the job ends (`watch=1`), or stop asking (`watch=0`); then back to its page."""
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    try:
+        watching = job_end_watch_set(user=request.user, job=job, watching=request.POST.get("watch") == "1")  # type: ignore[arg-type]
+    except Conflict as error:
+        messages.error(request, str(error))
+    else:
+        if watching:
+            messages.success(
+                request, "You will be told when the job ends, with its outcome and cost, here and by e-mail."
+            )
+        else:
+            messages.success(request, "You will not be told when the job ends.")
+    return redirect("job-detail", job_id=job.pk)
+
+
 urlpatterns: list[URLPattern] = [
     path("jobs/", job_list_page, name="job-list"),
     path("jobs/new/", job_submit_page, name="job-submit"),
@@ -521,4 +542,5 @@ urlpatterns: list[URLPattern] = [
     path("jobs/<uuid:job_id>/", job_detail_page, name="job-detail"),
     path("jobs/<uuid:job_id>/cancel/", job_cancel_page, name="job-cancel"),
     path("jobs/<uuid:job_id>/rerun/", job_rerun_page, name="job-rerun"),
+    path("jobs/<uuid:job_id>/watch/", job_watch_page, name="job-watch"),
 ]

@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs import job_services
+from jobs.end_watches import job_end_watch_set
 from jobs.job_services import JobRequest
 from jobs.models import Job, JobState, JobTemplate
 from jobs.reasons import pending_reason_text
@@ -112,6 +113,7 @@ class JobOutput(serializers.Serializer[Any]):
             "self": reverse("api-job", args=[job.pk]),
             "cancel": reverse("api-job-cancel", args=[job.pk]),
             "rerun": reverse("api-job-rerun", args=[job.pk]),
+            "watch": reverse("api-job-watch", args=[job.pk]),
             "log": f"/api/v1/jobs/{job.pk}/log/",
             "log_socket": f"/ws/jobs/{job.pk}/log/",
             "state_socket": f"/ws/jobs/{job.pk}/",
@@ -329,6 +331,34 @@ class JobRerunApi(APIView):
             idempotency_key=_idempotency_key(request),
         )
         return _accepted_reply(accepted)
+
+
+class JobWatchOutput(serializers.Serializer[Any]):
+    watching = serializers.BooleanField(help_text="Whether you will be told when the job ends")
+
+
+class JobWatchApi(APIView):
+    @extend_schema(
+        operation_id="jobs_watch",
+        summary="Be told when the job ends, with its outcome and cost (a portal notification and an e-mail); "
+        "anyone who may see the job",
+        request=None,
+        responses={200: JobWatchOutput, **ERRORS_WITH_CONFLICT},
+    )
+    def post(self, request: Request, job_id: str) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        watching = job_end_watch_set(user=request.user, job=job, watching=True)  # type: ignore[arg-type]
+        return Response(JobWatchOutput({"watching": watching}).data)
+
+    @extend_schema(
+        operation_id="jobs_unwatch",
+        summary="Stop being told when the job ends",
+        responses={200: JobWatchOutput, **ERRORS},
+    )
+    def delete(self, request: Request, job_id: str) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        watching = job_end_watch_set(user=request.user, job=job, watching=False)  # type: ignore[arg-type]
+        return Response(JobWatchOutput({"watching": watching}).data)
 
 
 # Templates ---------------------------------------------------------------------------------------------

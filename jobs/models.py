@@ -177,6 +177,25 @@ class JobTransition(models.Model):
         return f"{self.job_id}: {self.from_state or '-'} -> {self.to_state}"
 
 
+class JobEndWatch(models.Model):
+    """A user's wish to be told when a job ends, with its outcome and cost (`billing.job_end_notices` tells them
+    once the cost is known, and sets `notified_at`)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="end_watches")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="job_end_watches")
+    created_at = models.DateTimeField(default=timezone.now)
+    notified_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "user"], name="job_end_watch_once_per_user")]
+        indexes = [
+            models.Index(fields=["job"], condition=models.Q(notified_at__isnull=True), name="job_end_watch_waiting")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} watches {self.job_id}"
+
+
 class JobTemplate(models.Model):
     """A project's saved job shape, which its members can reuse (built-in templates live in code)."""
 
