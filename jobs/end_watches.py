@@ -8,6 +8,7 @@ from django.db import transaction
 
 from jobs.models import Job, JobEndWatch
 from portal.errors import Conflict
+from tenants.services import audit_record
 
 
 def job_end_watch_set(*, user: User, job: Job, watching: bool) -> bool:
@@ -17,13 +18,23 @@ def job_end_watch_set(*, user: User, job: Job, watching: bool) -> bool:
     already ended cannot be watched any more: its page says how it ended.
     """
     with transaction.atomic():
+        waiting = JobEndWatch.objects.filter(job=job, user=user, notified_at__isnull=True)
+        was = waiting.exists()
         if not watching:
-            JobEndWatch.objects.filter(job=job, user=user, notified_at__isnull=True).delete()
-            return False
-        if job.is_final:
+            waiting.delete()
+        elif job.is_final:
             raise Conflict(f"The job has already ended ({job.get_state_display().lower()}); its page says how.")
-        JobEndWatch.objects.get_or_create(job=job, user=user)
-    return True
+        else:
+            JobEndWatch.objects.get_or_create(job=job, user=user)
+        audit_record(
+            actor=user,
+            action="job.watch" if watching else "job.unwatch",
+            target=job,
+            tenant=job.project.tenant,
+            before={"watching": was},
+            after={"watching": watching},
+        )
+    return watching
 
 
 def job_end_watching(*, user: User, job: Job) -> bool:
