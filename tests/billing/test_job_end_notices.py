@@ -1,5 +1,6 @@
 """Told when a job ends: who may ask, and the notification (in the portal and by e-mail) with the outcome and
-the cost, sent once the cost is known. No Slurm: jobs are as the sync and the accounting import leave them."""
+the cost, sent once the cost is known. No Slurm but in the last test: jobs are as the sync and the accounting
+import leave them."""
 
 from __future__ import annotations
 
@@ -15,14 +16,21 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from billing import tasks as billing_tasks
 from billing.job_end_notices import job_end_notices_send
+from billing.models import UsageRecord
 from billing.rates import rate_create
+from billing.selectors import usage_record_amount
 from billing.usage import usage_import
+from clusters.clients import slurm_client_for
 from clusters.models import Cluster, ClusterAccount
 from jobs.job_services import JobRequest, job_cancel, job_submit
 from jobs.models import Job, JobEndWatch
+from jobs.quota_usage import quota_usage_collect
+from quotas.units import gpu_seconds_to_hours
 from tenants.models import Notification, Project
 from tests.billing.usage_factories import charged_job
+from tests.conftest import wait_until
 from tests.factories import (
     add_project_member,
     grant_allocation,
@@ -31,6 +39,7 @@ from tests.factories import (
     make_tenant,
     make_user,
 )
+from tests.jobs.conftest import LiveProject, live_project  # noqa: F401  (the fixture, shared with tests/jobs)
 
 pytestmark = pytest.mark.django_db
 
@@ -166,3 +175,48 @@ def test_whoever_sees_a_job_may_ask_to_be_told_when_it_ends(cluster: Cluster, pr
     ended = _api(member).post(url)
     assert ended.status_code == 409
     assert ended.json()["message"] == "The job has already ended (cancelled); its page says how."
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_watched_job_on_slurm_tells_its_watcher_how_it_ended_and_what_it_cost(
+    live_project: LiveProject,  # noqa: F811
+    celery_worker: str,
+) -> None:
+    """The real flow: the worker delivers the job, the sync follows it, accounting charges it, the usage import
+    (billing's periodic task) prices it and tells the watcher."""
+    rate_create(
+        actor=None,
+        cluster=live_project.cluster,
+        gpu_type="",
+        price_per_gpu_hour=Decimal("3.60"),
+        currency="EUR",
+        valid_from=timezone.now() - timedelta(days=1),
+    )
+    member = live_project.member
+    member.email = "alice@example.org"
+    member.save(update_fields=["email"])
+    reply = live_project.submit(name="watched", script="#!/bin/bash\necho watched\nexit 3\n")
+    assert live_project.api.post(f"/api/v1/jobs/{reply['id']}/watch/").json() == {"watching": True}
+    job = live_project.wait_for(reply["id"], lambda job: job.is_final)
+    assert (job.state, job.exit_code) == ("failed", 3)
+    cluster = live_project.cluster
+    client = slurm_client_for(cluster)
+
+    def told() -> bool:
+        quota_usage_collect(cluster=cluster, client=client)  # accounting may lag the job's end by a moment
+        billing_tasks.usage_import()
+        return Notification.objects.filter(user=member, kind="job.ended").exists()
+
+    wait_until(told, timeout_seconds=60, what="the watcher to be told")
+    record = UsageRecord.objects.get(job=job)
+    notice = Notification.objects.get(user=member, kind="job.ended")
+    hours = gpu_seconds_to_hours(record.gpu_seconds)
+    assert notice.title == "Job “watched” failed with exit code 3"
+    assert notice.body == (
+        f"Your job “watched” in {live_project.label} on cluster {cluster.name} failed with exit code 3. It used "
+        f"{hours} GPU-hours, which cost {usage_record_amount(record=record)} EUR."
+    )
+    assert [(message.to, message.subject) for message in mail.outbox] == [
+        (["alice@example.org"], "[GPU portal] Job “watched” failed with exit code 3")
+    ]
+    assert JobEndWatch.objects.get(job=job, user=member).notified_at is not None
