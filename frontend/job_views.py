@@ -410,24 +410,22 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
 # One job -------------------------------------------------------------------------------------------------
 
 
+def _allowed(request: HttpRequest, job: Job, action: JobAction) -> bool:
+    try:
+        job_get_for_user(user=request.user, job_id=job.pk, action=action)
+    except PermissionDenied:
+        return False
+    return True
+
+
 def _may_cancel(request: HttpRequest, job: Job) -> bool:
     if job.is_external or job.is_final or job.cancel_requested_at is not None:
         return False
-    try:
-        job_get_for_user(user=request.user, job_id=job.pk, action=JobAction.CANCEL)
-    except PermissionDenied:
-        return False
-    return True
+    return _allowed(request, job, JobAction.CANCEL)
 
 
 def _may_rerun(request: HttpRequest, job: Job) -> bool:
-    if job.is_external or not job.script:
-        return False
-    try:
-        job_get_for_user(user=request.user, job_id=job.pk, action=JobAction.RERUN)
-    except PermissionDenied:
-        return False
-    return True
+    return not job.is_external and bool(job.script) and _allowed(request, job, JobAction.RERUN)
 
 
 def _waiting(request: HttpRequest, job: Job) -> dict[str, Any] | None:
