@@ -6,7 +6,7 @@ for, who may cancel it, what it costs) stay in those services."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -211,6 +211,8 @@ def _render_submit(
     rerun_of: Job | None = None,
 ) -> HttpResponse:
     errors = dict(errors or {})
+    if rerun_of is not None:  # a rerun stays in the original's project
+        choices = replace(choices, projects=[rerun_of.project], project=rerun_of.project)
     # Errors that concern no single field go to the top of the form, with the service's conflicts.
     form_errors = [*(form_errors or []), *errors.pop("__all__", [])]
     query = {
@@ -264,7 +266,7 @@ def job_submit_page(request: HttpRequest) -> HttpResponse:
 
 
 def _rerun_form(request: HttpRequest, *, job_id: str) -> HttpResponse:
-    """ "Edit and run again": the form prefilled with the job's fields, submitting a rerun linked to it."""
+    """Edit and run again: the form prefilled with the job's fields, submitting a rerun linked to it."""
     job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.RERUN)
     choices = _choices(request, project_label=_label(job.project), cluster_name=job.cluster.name)
     values = {
@@ -497,19 +499,19 @@ def job_rerun_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
     """Run the job again as it was (or, with `partition`/`gpu_type` and `replace`, run a waiting job there
     instead); then the new job's page. Refusals go back to the original's page with the reason."""
     job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.RERUN)
-    replace = request.POST.get("replace") == "1"
-    if replace:
+    instead = request.POST.get("replace") == "1"
+    if instead:
         job_get_for_user(user=request.user, job_id=job_id, action=JobAction.CANCEL)
     overrides = {field: request.POST[field] for field in ("partition", "gpu_type") if field in request.POST}
     try:
-        accepted = job_rerun(user=request.user, job=job, overrides=overrides, replace=replace)  # type: ignore[arg-type]
+        accepted = job_rerun(user=request.user, job=job, overrides=overrides, replace=instead)  # type: ignore[arg-type]
     except ValidationError as error:
         messages.error(request, " ".join(text for texts in _field_errors(error).values() for text in texts))
         return redirect("job-detail", job_id=job.pk)
     except Conflict as error:
         messages.error(request, str(error))
         return redirect("job-detail", job_id=job.pk)
-    where = f" on partition {accepted.job.partition}" if replace else ""
+    where = f" on partition {accepted.job.partition}" if instead else ""
     messages.success(request, f"“{job.name}” runs again{where} as this job; a worker is handing it to Slurm.")
     return redirect("job-detail", job_id=accepted.job.pk)
 

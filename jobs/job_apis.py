@@ -25,7 +25,7 @@ from jobs.end_watches import job_end_watch_set
 from jobs.job_services import JobRequest
 from jobs.models import Job, JobState, JobTemplate
 from jobs.reasons import pending_reason_text
-from jobs.reruns import job_rerun
+from jobs.reruns import RERUN_FIELDS, job_rerun
 from jobs.selectors import (
     JobAction,
     job_detail_load,
@@ -297,11 +297,13 @@ class JobCancelApi(APIView):
 
 
 class JobRerunInput(JobSubmitInput):
-    """What a rerun may change; every field left out keeps the original job's value."""
+    """What a rerun may change (a submission's fields named in RERUN_FIELDS, checked alike); every field left
+    out keeps the original job's value, and any other (`project`, `template`) is refused by name."""
 
-    project = None  # type: ignore[assignment]  # a rerun stays in the original's project
-    template = None  # type: ignore[assignment]
     cluster = serializers.CharField(required=False, help_text="Default: the original job's cluster")
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        return {name: field for name, field in super().get_fields().items() if name in RERUN_FIELDS}
 
 
 class JobRerunApi(APIView):
