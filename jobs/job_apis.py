@@ -205,19 +205,20 @@ class JobFilter(django_filters.FilterSet):  # type: ignore[misc]
 _ACTIVE = {JobState.QUEUED, JobState.PENDING, JobState.RUNNING}
 
 
+IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description="Send the same key when retrying: the job is created once, and the retry gets it back",
+)
+
+
 @extend_schema_view(
     get=extend_schema(summary="Jobs you may see, newest first", responses=JobOutput),
     post=extend_schema(
         summary="Submit a job: answers 202 at once with the job `queued`; a worker delivers it to Slurm",
         request=JobSubmitInput,
-        parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                OpenApiTypes.STR,
-                OpenApiParameter.HEADER,
-                description="Send the same key when retrying: the job is created once, and the retry gets it back",
-            )
-        ],
+        parameters=[IDEMPOTENCY_KEY_HEADER],
         # 409: the quota refusals (`quota_exceeded`, `no_allocation`), the most important answer to parse.
         responses={202: JobSubmitOutput, 200: JobSubmitOutput, **ERRORS_WITH_CONFLICT},
     ),
@@ -312,14 +313,7 @@ class JobRerunApi(APIView):
         summary="Run a job again (those who may submit to its project): its script, environment and shape, "
         "with the fields given changed; the new job's `rerun_of` names the original",
         request=JobRerunInput,
-        parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                OpenApiTypes.STR,
-                OpenApiParameter.HEADER,
-                description="Send the same key when retrying: the rerun is created once",
-            )
-        ],
+        parameters=[IDEMPOTENCY_KEY_HEADER],
         responses={202: JobSubmitOutput, 200: JobSubmitOutput, **ERRORS_WITH_CONFLICT},
     )
     def post(self, request: Request, job_id: str) -> Response:
