@@ -23,7 +23,13 @@ from clusters.models import Partition
 from jobs.job_services import Accepted, JobRequest, expected_gpu_type, job_shape_resolve
 from jobs.models import Job
 from quotas.models import Allocation, LedgerEntry, LedgerKind
-from quotas.services import allocation_for, allocation_requests_path, allocations_current, job_gpu_seconds_needed
+from quotas.services import (
+    allocation_for,
+    allocation_requests_path,
+    allocations_current,
+    job_gpu_seconds_needed,
+    quota_refusal,
+)
 from quotas.units import gpu_seconds_to_hours
 from tenants.models import Project
 
@@ -44,6 +50,9 @@ class Estimate:
     max_cost: Decimal | None
     allocation: Allocation | None
     remaining_gpu_seconds: int | None
+    # Before a submission: the refusal a submission of this shape would get now, in the submission's own words
+    # (`quotas.services.quota_refusal`); empty when it would be accepted, or for a job already accepted.
+    refusal: str = ""
 
     @property
     def remaining_after_gpu_seconds(self) -> int | None:
@@ -51,10 +60,14 @@ class Estimate:
 
     @property
     def fits(self) -> bool:
+        if self.refusal:
+            return False
         return self.remaining_gpu_seconds is not None and self.gpu_seconds <= self.remaining_gpu_seconds
 
     @property
     def message(self) -> str:
+        if self.refusal:
+            return f"{self._cost_sentence()}; but it would be refused: {self.refusal}"
         return f"{self._cost_sentence()}; {self._allocation_sentence()}."
 
     def _cost_sentence(self) -> str:
@@ -96,6 +109,7 @@ def _priced(
     remaining: int | None,
     now: datetime,
     rates: RateBook | None = None,
+    refusal: str = "",
 ) -> Estimate:
     rates = rates or RateBook.for_clusters([job.cluster_id])
     rate = rates.in_force(cluster_id=job.cluster_id, gpu_type=gpu_type, at=now)
@@ -121,6 +135,7 @@ def _priced(
         max_cost=max_cost,
         allocation=allocation,
         remaining_gpu_seconds=remaining,
+        refusal=refusal,
     )
 
 
@@ -144,7 +159,15 @@ def estimate_for_request(*, project: Project, request: JobRequest, now: datetime
     candidates = allocations_current(project_id=project.pk, cluster_id=shape.cluster.pk, now=now)
     allocation = allocation_for(candidates=candidates, gpu_type=shape.expected_gpu_type)
     remaining = allocation.remaining_gpu_seconds if allocation is not None else None
-    return _priced(job=job, gpu_type=shape.expected_gpu_type or "", allocation=allocation, remaining=remaining, now=now)
+    refusal = quota_refusal(job=job, gpu_type=shape.expected_gpu_type, candidates=candidates)
+    return _priced(
+        job=job,
+        gpu_type=shape.expected_gpu_type or "",
+        allocation=allocation,
+        remaining=remaining,
+        now=now,
+        refusal=str(refusal) if refusal is not None else "",
+    )
 
 
 def job_estimate(*, job: Job, now: datetime | None = None) -> Estimate:

@@ -6,17 +6,21 @@ import logging
 
 from celery import shared_task
 
-from billing import invoices, reconciliation, usage
+from billing import invoices, job_end_notices, reconciliation, usage
 
 logger = logging.getLogger(__name__)
 
 
 @shared_task(ignore_result=True, soft_time_limit=240, time_limit=300)
 def usage_import() -> None:
-    """Price the jobs charged since the last run and bring the affected draft invoices up to date."""
+    """Price the jobs charged since the last run and bring the affected draft invoices up to date; then tell
+    those who asked that their jobs ended, now that the cost of those is known."""
     result = usage.usage_import()
     if result.imported or result.unpriced:
         logger.info("usage import: %s", result)
+    told = job_end_notices.job_end_notices_send()
+    if told:
+        logger.info("told %d watchers that their jobs ended", told)
 
 
 @shared_task(ignore_result=True, soft_time_limit=240, time_limit=300)

@@ -6,7 +6,7 @@ for, who may cancel it, what it costs) stay in those services."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -19,6 +19,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from billing.efficiency import job_waste_for
@@ -26,13 +27,18 @@ from billing.estimates import Estimate, estimate_for_request, job_estimate
 from billing.selectors import usage_record_amount, usage_record_for_job
 from clusters.models import Cluster
 from clusters.selectors import cluster_list_active, cluster_list_for_user
+from jobs.end_watches import job_end_watch_set, job_end_watching
+from jobs.fitting import CoveredShape, covered_shape_choose, free_alternatives
 from jobs.job_services import JobRequest, job_cancel, job_submit, job_template_resolve
 from jobs.models import ACTIVE_JOB_STATES, Job, JobState
+from jobs.reasons import pending_reason_text
+from jobs.reruns import job_rerun
 from jobs.selectors import (
     JobAction,
     job_get_for_user,
     job_is_gpu_idle,
     job_list_filtered_for_user,
+    job_reruns_list,
     job_template_list_for_user,
     project_list_submittable_for_user,
 )
@@ -107,6 +113,12 @@ class JobForm(forms.Form):
             template=data["template"] or None,
         )
 
+    def rerun_overrides(self) -> dict[str, Any]:
+        """The fields of an "edit and run again" form, as changes to the job it runs again."""
+        request = self.job_request()
+        fields = ("cluster", "partition", "gpu_type", "gpus", "time_limit_minutes", "name", "script", "environment")
+        return {field: getattr(request, field) for field in fields}
+
 
 @dataclass
 class SubmitChoices:
@@ -116,14 +128,20 @@ class SubmitChoices:
     clusters: list[Cluster]
     project: Project | None
     cluster: Cluster | None
+    # Where the form starts: a shape on `cluster` that the project's open allocations cover, if any.
+    covered: CoveredShape | None = None
 
 
 def _choices(request: HttpRequest, *, project_label: str, cluster_name: str) -> SubmitChoices:
     projects = list(project_list_submittable_for_user(user=request.user))
     clusters = list(cluster_list_for_user(user=request.user))
     project = next((p for p in projects if _label(p) == project_label), projects[0] if projects else None)
-    cluster = next((c for c in clusters if c.name == cluster_name), clusters[0] if clusters else None)
-    return SubmitChoices(projects=projects, clusters=clusters, project=project, cluster=cluster)
+    cluster = next((c for c in clusters if c.name == cluster_name), None)
+    # Without a cluster chosen, the first one the project has GPU-hours on; on a chosen one, what they cover there.
+    covered = covered_shape_choose(project=project, clusters=[cluster] if cluster else clusters) if project else None
+    if cluster is None:
+        cluster = covered.cluster if covered else (clusters[0] if clusters else None)
+    return SubmitChoices(projects=projects, clusters=clusters, project=project, cluster=cluster, covered=covered)
 
 
 def _environment_text(environment: dict[str, str]) -> str:
@@ -134,9 +152,12 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
     """The form's values on first display: the template's, else the cluster's defaults and a starter script."""
     partitions = list(choices.cluster.partitions.all()) if choices.cluster else []
     default = next((p for p in partitions if p.is_default), partitions[0] if partitions else None)
+    covered = choices.covered
+    if covered is not None:
+        default = next((p for p in partitions if p.name == covered.partition), default)
     values: dict[str, Any] = {
         "partition": default.name if default else "",
-        "gpu_type": "",
+        "gpu_type": covered.gpu_type if covered else "",
         "gpus": 1,
         "time_limit_minutes": (default.default_time_minutes if default else None) or 60,
         "name": "",
@@ -148,7 +169,7 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
         values.update(
             template=template.id if isinstance(template, BuiltinTemplate) else str(template.pk),
             partition=template.partition or values["partition"],
-            gpu_type=template.gpu_type,
+            gpu_type=template.gpu_type or _covered_type_on(partitions, template.partition, values),
             gpus=template.gpus,
             time_limit_minutes=template.time_limit_minutes,
             name=template.name,
@@ -156,6 +177,14 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
             environment=_environment_text(dict(template.environment)),
         )
     return values
+
+
+def _covered_type_on(partitions: list[Any], partition_name: str, values: dict[str, Any]) -> str:
+    """For a template that names no GPU type: the covered type, where the template's partition offers it."""
+    if not partition_name or partition_name == values["partition"]:
+        return str(values["gpu_type"])
+    named = next((p for p in partitions if p.name == partition_name), None)
+    return str(values["gpu_type"]) if named is not None and values["gpu_type"] in named.gpu_types else ""
 
 
 def _templates(request: HttpRequest, project: Project | None) -> list[dict[str, str]]:
@@ -181,8 +210,11 @@ def _render_submit(
     form_errors: list[str] | None = None,
     template_missing: str = "",
     status: int = 200,
+    rerun_of: Job | None = None,
 ) -> HttpResponse:
     errors = dict(errors or {})
+    if rerun_of is not None:  # a rerun stays in the original's project
+        choices = replace(choices, projects=[rerun_of.project], project=rerun_of.project)
     # Errors that concern no single field go to the top of the form, with the service's conflicts.
     form_errors = [*(form_errors or []), *errors.pop("__all__", [])]
     query = {
@@ -200,6 +232,7 @@ def _render_submit(
         "template_query": urlencode(query),
         "partitions": list(choices.cluster.partitions.all()) if choices.cluster else [],
         "gpu_types": list(choices.cluster.gpu_types.all()) if choices.cluster else [],
+        "rerun_of": rerun_of,
     }
     return render(request, "frontend/jobs/submit.html", context, status=status)
 
@@ -210,6 +243,8 @@ def job_submit_page(request: HttpRequest) -> HttpResponse:
     """GET: the form (`?project=&cluster=&template=` choose and prefill). POST: submit, then the job's page."""
     if request.method == "POST":
         return _submit(request)
+    if request.GET.get("rerun"):
+        return _rerun_form(request, job_id=request.GET["rerun"])
     choices = _choices(
         request, project_label=request.GET.get("project", ""), cluster_name=request.GET.get("cluster", "")
     )
@@ -232,24 +267,48 @@ def job_submit_page(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _rerun_form(request: HttpRequest, *, job_id: str) -> HttpResponse:
+    """Edit and run again: the form prefilled with the job's fields, submitting a rerun linked to it."""
+    job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.RERUN)
+    choices = _choices(request, project_label=_label(job.project), cluster_name=job.cluster.name)
+    values = {
+        **_initial_values(choices, None),
+        "partition": job.partition,
+        "gpu_type": job.gpu_type,
+        "gpus": job.gpus,
+        "time_limit_minutes": job.time_limit_minutes,
+        "name": job.name,
+        "script": job.script,
+        "environment": _environment_text(dict(job.environment)),
+    }
+    return _render_submit(request, choices=choices, values=values, rerun_of=job)
+
+
 def _submit(request: HttpRequest) -> HttpResponse:
     form = JobForm(request.POST)
+    rerun_id = request.POST.get("rerun_of", "")
+    original = job_get_for_user(user=request.user, job_id=rerun_id, action=JobAction.RERUN) if rerun_id else None
     choices = _choices(
-        request, project_label=request.POST.get("project", ""), cluster_name=request.POST.get("cluster", "")
+        request,
+        project_label=_label(original.project) if original else request.POST.get("project", ""),
+        cluster_name=request.POST.get("cluster", ""),
     )
     values = {key: request.POST.get(key, "") for key in JobForm.base_fields}
     if not form.is_valid():
         errors = {field: [str(text) for text in texts] for field, texts in form.errors.items()}
-        return _render_submit(request, choices=choices, values=values, errors=errors)
+        return _render_submit(request, choices=choices, values=values, errors=errors, rerun_of=original)
     try:
-        project = project_get_by_label_for_user(
-            user=request.user, label=form.cleaned_data["project"], action=ProjectAction.SUBMIT
-        )
-        job, _ = job_submit(user=request.user, project=project, request=form.job_request())  # type: ignore[arg-type]
+        if original is not None:
+            job = job_rerun(user=request.user, job=original, overrides=form.rerun_overrides()).job  # type: ignore[arg-type]
+        else:
+            project = project_get_by_label_for_user(
+                user=request.user, label=form.cleaned_data["project"], action=ProjectAction.SUBMIT
+            )
+            job, _ = job_submit(user=request.user, project=project, request=form.job_request())  # type: ignore[arg-type]
     except ValidationError as error:
-        return _render_submit(request, choices=choices, values=values, errors=_field_errors(error))
+        return _render_submit(request, choices=choices, values=values, errors=_field_errors(error), rerun_of=original)
     except Conflict as error:
-        return _render_submit(request, choices=choices, values=values, form_errors=[str(error)])
+        return _render_submit(request, choices=choices, values=values, form_errors=[str(error)], rerun_of=original)
     messages.success(request, f"Job “{job.name}” was accepted; a worker is handing it to {job.cluster.name}.")
     return redirect("job-detail", job_id=job.pk)
 
@@ -355,14 +414,36 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
 # One job -------------------------------------------------------------------------------------------------
 
 
-def _may_cancel(request: HttpRequest, job: Job) -> bool:
-    if job.is_external or job.is_final or job.cancel_requested_at is not None:
-        return False
+def _allowed(request: HttpRequest, job: Job, action: JobAction) -> bool:
     try:
-        job_get_for_user(user=request.user, job_id=job.pk, action=JobAction.CANCEL)
+        job_get_for_user(user=request.user, job_id=job.pk, action=action)
     except PermissionDenied:
         return False
     return True
+
+
+def _may_cancel(request: HttpRequest, job: Job) -> bool:
+    if job.is_external or job.is_final or job.cancel_requested_at is not None:
+        return False
+    return _allowed(request, job, JobAction.CANCEL)
+
+
+def _may_rerun(request: HttpRequest, job: Job) -> bool:
+    return not job.is_external and bool(job.script) and _allowed(request, job, JobAction.RERUN)
+
+
+def _waiting(request: HttpRequest, job: Job) -> dict[str, Any] | None:
+    """For a pending job: why it waits in plain words, when Slurm expects it to start, and where it could start
+    now instead (offered to those who may both cancel it and run it again)."""
+    if job.state != JobState.PENDING:
+        return None
+    movable = _may_cancel(request, job) and _may_rerun(request, job)
+    return {
+        "reason": pending_reason_text(job.state_reason),
+        "expected_start_at": job.expected_start_at,
+        "overdue": job.expected_start_at is not None and job.expected_start_at <= timezone.now(),
+        "alternatives": free_alternatives(job=job) if movable else [],
+    }
 
 
 @require_safe
@@ -382,6 +463,10 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         # Rounded by billing's one rule, as the invoice rounds it; the template shows it as it is.
         "usage_amount": usage_record_amount(record=usage) if usage is not None else None,
         "may_cancel": _may_cancel(request, job),
+        "may_rerun": job.is_final and _may_rerun(request, job),
+        "reruns": job_reruns_list(job=job),
+        "waiting": _waiting(request, job),
+        "watching": job_end_watching(user=request.user, job=job),  # type: ignore[arg-type]
         "project_label": _label(job.project),
         "log": {
             "socket": f"/ws/jobs/{job.pk}/log/",
@@ -413,10 +498,54 @@ def job_cancel_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
     return redirect("job-detail", job_id=job.pk)
 
 
+@require_POST
+@login_required
+def job_rerun_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
+    """Run the job again as it was (or, with `partition`/`gpu_type` and `replace`, run a waiting job there
+    instead); then the new job's page. Refusals go back to the original's page with the reason."""
+    job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.RERUN)
+    instead = request.POST.get("replace") == "1"
+    if instead:
+        job_get_for_user(user=request.user, job_id=job_id, action=JobAction.CANCEL)
+    overrides = {field: request.POST[field] for field in ("partition", "gpu_type") if field in request.POST}
+    try:
+        accepted = job_rerun(user=request.user, job=job, overrides=overrides, replace=instead)  # type: ignore[arg-type]
+    except ValidationError as error:
+        messages.error(request, " ".join(text for texts in _field_errors(error).values() for text in texts))
+        return redirect("job-detail", job_id=job.pk)
+    except Conflict as error:
+        messages.error(request, str(error))
+        return redirect("job-detail", job_id=job.pk)
+    where = f" on partition {accepted.job.partition}" if instead else ""
+    messages.success(request, f"“{job.name}” runs again{where} as this job; a worker is handing it to Slurm.")
+    return redirect("job-detail", job_id=accepted.job.pk)
+
+
+@require_POST
+@login_required
+def job_watch_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
+    """Ask to be told when the job ends (`watch=1`), or stop asking (`watch=0`); then back to its page."""
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    try:
+        watching = job_end_watch_set(user=request.user, job=job, watching=request.POST.get("watch") == "1")  # type: ignore[arg-type]
+    except Conflict as error:
+        messages.error(request, str(error))
+    else:
+        if watching:
+            messages.success(
+                request, "You will be told when the job ends, with its outcome and cost, here and by e-mail."
+            )
+        else:
+            messages.success(request, "You will not be told when the job ends.")
+    return redirect("job-detail", job_id=job.pk)
+
+
 urlpatterns: list[URLPattern] = [
     path("jobs/", job_list_page, name="job-list"),
     path("jobs/new/", job_submit_page, name="job-submit"),
     path("jobs/new/estimates/", job_estimate_partial, name="job-estimate"),
     path("jobs/<uuid:job_id>/", job_detail_page, name="job-detail"),
     path("jobs/<uuid:job_id>/cancel/", job_cancel_page, name="job-cancel"),
+    path("jobs/<uuid:job_id>/rerun/", job_rerun_page, name="job-rerun"),
+    path("jobs/<uuid:job_id>/watch/", job_watch_page, name="job-watch"),
 ]

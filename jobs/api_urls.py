@@ -8,8 +8,10 @@ from jobs.job_apis import (
     JobCancelApi,
     JobDetailApi,
     JobListApi,
+    JobRerunApi,
     JobTemplateDetailApi,
     JobTemplateListApi,
+    JobWatchApi,
 )
 from jobs.log_apis import JobLogDownloadApi
 
@@ -17,6 +19,8 @@ urlpatterns: list[URLPattern] = [
     path("jobs/", JobListApi.as_view(), name="api-jobs"),
     path("jobs/<uuid:job_id>/", JobDetailApi.as_view(), name="api-job"),
     path("jobs/<uuid:job_id>/cancel/", JobCancelApi.as_view(), name="api-job-cancel"),
+    path("jobs/<uuid:job_id>/rerun/", JobRerunApi.as_view(), name="api-job-rerun"),
+    path("jobs/<uuid:job_id>/watch/", JobWatchApi.as_view(), name="api-job-watch"),
     path("jobs/<uuid:job_id>/log/", JobLogDownloadApi.as_view(), name="api-job-log"),
     path("job-templates/", JobTemplateListApi.as_view(), name="api-job-templates"),
     path("job-templates/<str:template_id>/", JobTemplateDetailApi.as_view(), name="api-job-template"),

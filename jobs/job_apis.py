@@ -21,9 +21,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs import job_services
+from jobs.end_watches import job_end_watch_set
 from jobs.job_services import JobRequest
 from jobs.models import Job, JobEfficiency, JobState, JobTemplate
 from jobs.reasons import pending_reason_text
+from jobs.reruns import RERUN_FIELDS, job_rerun
 from jobs.selectors import (
     JobAction,
     job_detail_load,
@@ -107,6 +109,9 @@ class JobOutput(serializers.Serializer[Any]):
     slurm_state = serializers.CharField(help_text="Slurm's own state, e.g. OUT_OF_MEMORY")
     state_reason = serializers.CharField(help_text="Slurm's reason code, e.g. Priority")
     pending_reason = serializers.SerializerMethodField(help_text="Why it waits, in plain words")
+    expected_start_at = serializers.DateTimeField(
+        allow_null=True, help_text="While pending: when Slurm's backfill scheduler expects it to start; null: none"
+    )
     last_error = serializers.CharField(help_text="Why it is not in Slurm yet, or why it was rejected")
     cancel_requested = serializers.SerializerMethodField()
     slurm_job_id = serializers.IntegerField(allow_null=True)
@@ -125,6 +130,7 @@ class JobOutput(serializers.Serializer[Any]):
     ended_at = serializers.DateTimeField(allow_null=True)
     updated_at = serializers.DateTimeField()
     gpu_idle = serializers.SerializerMethodField(help_text="Running with a GPU idle for its cluster's limit")
+    rerun_of = serializers.UUIDField(source="rerun_of_id", allow_null=True, help_text="The job this one runs again")
     links = serializers.SerializerMethodField()
 
     def get_gpu_idle(self, job: Job) -> bool:
@@ -146,6 +152,8 @@ class JobOutput(serializers.Serializer[Any]):
         return {
             "self": reverse("api-job", args=[job.pk]),
             "cancel": reverse("api-job-cancel", args=[job.pk]),
+            "rerun": reverse("api-job-rerun", args=[job.pk]),
+            "watch": reverse("api-job-watch", args=[job.pk]),
             "log": f"/api/v1/jobs/{job.pk}/log/",
             "log_socket": f"/ws/jobs/{job.pk}/log/",
             "state_socket": f"/ws/jobs/{job.pk}/",
@@ -171,6 +179,11 @@ class JobDetailOutput(JobOutput):
         efficiency = job_efficiency_of(job)
         return None if efficiency is None else dict(JobEfficiencyOutput(efficiency).data)
 
+    reruns = serializers.SerializerMethodField(help_text="The jobs that run this one again, oldest first")
+
+    def get_reruns(self, job: Job) -> list[str]:
+        return [str(rerun_id) for rerun_id in job.reruns.order_by("created_at", "id").values_list("pk", flat=True)]
+
 
 class JobSubmitOutput(JobDetailOutput):
     transitions = serializers.SerializerMethodField()  # type: ignore[assignment]  # from memory, see post()
@@ -192,6 +205,9 @@ class JobSubmitOutput(JobDetailOutput):
     def get_estimate(self, job: Job) -> dict[str, Any] | None:
         estimate: dict[str, Any] | None = self.context.get("estimate")
         return estimate
+
+    def get_reruns(self, job: Job) -> list[str]:
+        return []  # just accepted: nothing runs it again yet (and the reply reads nothing back)
 
     @extend_schema_field(JobTransitionOutput(many=True))
     def get_transitions(self, job: Job) -> list[dict[str, Any]]:
@@ -250,19 +266,20 @@ class JobFilter(django_filters.FilterSet):  # type: ignore[misc]
 _ACTIVE = {JobState.QUEUED, JobState.PENDING, JobState.RUNNING}
 
 
+IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description="Send the same key when retrying: the job is created once, and the retry gets it back",
+)
+
+
 @extend_schema_view(
     get=extend_schema(summary="Jobs you may see, newest first", responses=JobOutput),
     post=extend_schema(
         summary="Submit a job: answers 202 at once with the job `queued`; a worker delivers it to Slurm",
         request=JobSubmitInput,
-        parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                OpenApiTypes.STR,
-                OpenApiParameter.HEADER,
-                description="Send the same key when retrying: the job is created once, and the retry gets it back",
-            )
-        ],
+        parameters=[IDEMPOTENCY_KEY_HEADER],
         # 409: the quota refusals (`quota_exceeded`, `no_allocation`), the most important answer to parse.
         responses={202: JobSubmitOutput, 200: JobSubmitOutput, **ERRORS_WITH_CONFLICT},
     ),
@@ -282,9 +299,7 @@ class JobListApi(generics.ListAPIView):  # type: ignore[type-arg]
         serializer = JobSubmitInput(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
-        key = request.headers.get("Idempotency-Key", "").strip()
-        if len(key) > 100:
-            raise serializers.ValidationError({"Idempotency-Key": ["Use a key of at most 100 characters."]})
+        key = _idempotency_key(request)
         project, target = submission_project_get(
             user=request.user, label=data.pop("project"), cluster_name=data["cluster"]
         )
@@ -294,17 +309,29 @@ class JobListApi(generics.ListAPIView):  # type: ignore[type-arg]
             request=JobRequest(**data, idempotency_key=key),
             target=target,
         )
-        if accepted.created:
-            job, transitions = accepted.job, accepted.transitions
-            # Billing depends on jobs, so its estimate is found by name rather than imported.
-            estimator = settings.JOB_ESTIMATE_FUNCTION
-            estimate = import_string(estimator)(accepted) if estimator else None
-        else:
-            job = job_detail_load(job_id=accepted.job.pk)  # access was checked on the project above
-            transitions, estimate = list(job.transitions.all()), None
-        reply = JobSubmitOutput(job, context={"estimate": estimate, "transitions": transitions}).data
-        code = status.HTTP_202_ACCEPTED if accepted.created else status.HTTP_200_OK
-        return Response(reply, status=code, headers={"Location": reverse("api-job", args=[job.pk])})
+        return _accepted_reply(accepted)
+
+
+def _idempotency_key(request: Request) -> str:
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if len(key) > 100:
+        raise serializers.ValidationError({"Idempotency-Key": ["Use a key of at most 100 characters."]})
+    return key
+
+
+def _accepted_reply(accepted: job_services.Accepted) -> Response:
+    """202 with the new job and its estimate; 200 with the job an earlier request with the same key created."""
+    if accepted.created:
+        job, transitions = accepted.job, accepted.transitions
+        # Billing depends on jobs, so its estimate is found by name rather than imported.
+        estimator = settings.JOB_ESTIMATE_FUNCTION
+        estimate = import_string(estimator)(accepted) if estimator else None
+    else:
+        job = job_detail_load(job_id=accepted.job.pk)  # access was checked on the project or job
+        transitions, estimate = list(job.transitions.all()), None
+    reply = JobSubmitOutput(job, context={"estimate": estimate, "transitions": transitions}).data
+    code = status.HTTP_202_ACCEPTED if accepted.created else status.HTTP_200_OK
+    return Response(reply, status=code, headers={"Location": reverse("api-job", args=[job.pk])})
 
 
 class JobDetailApi(APIView):
@@ -329,6 +356,66 @@ class JobCancelApi(APIView):
         job_services.job_cancel(user=request.user, job=job)  # type: ignore[arg-type]
         job = job_get_for_user(user=request.user, job_id=job_id)
         return Response(JobDetailOutput(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class JobRerunInput(JobSubmitInput):
+    """What a rerun may change (a submission's fields named in RERUN_FIELDS, checked alike); every field left
+    out keeps the original job's value, and any other (`project`, `template`) is refused by name."""
+
+    cluster = serializers.CharField(required=False, help_text="Default: the original job's cluster")
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        return {name: field for name, field in super().get_fields().items() if name in RERUN_FIELDS}
+
+
+class JobRerunApi(APIView):
+    @extend_schema(
+        operation_id="jobs_rerun",
+        summary="Run a job again (those who may submit to its project): its script, environment and shape, "
+        "with the fields given changed; the new job's `rerun_of` names the original",
+        request=JobRerunInput,
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={202: JobSubmitOutput, 200: JobSubmitOutput, **ERRORS_WITH_CONFLICT},
+    )
+    def post(self, request: Request, job_id: str) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.RERUN)
+        serializer = JobRerunInput(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        accepted = job_rerun(
+            user=request.user,  # type: ignore[arg-type]
+            job=job,
+            overrides=dict(serializer.validated_data),
+            idempotency_key=_idempotency_key(request),
+        )
+        return _accepted_reply(accepted)
+
+
+class JobWatchOutput(serializers.Serializer[Any]):
+    watching = serializers.BooleanField(help_text="Whether you will be told when the job ends")
+
+
+class JobWatchApi(APIView):
+    @extend_schema(
+        operation_id="jobs_watch",
+        summary="Be told when the job ends, with its outcome and cost (a portal notification and an e-mail); "
+        "anyone who may see the job",
+        request=None,
+        responses={200: JobWatchOutput, **ERRORS_WITH_CONFLICT},
+    )
+    def post(self, request: Request, job_id: str) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        watching = job_end_watch_set(user=request.user, job=job, watching=True)  # type: ignore[arg-type]
+        return Response(JobWatchOutput({"watching": watching}).data)
+
+    @extend_schema(
+        operation_id="jobs_unwatch",
+        summary="Stop being told when the job ends",
+        responses={200: JobWatchOutput, **ERRORS},
+    )
+    def delete(self, request: Request, job_id: str) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        watching = job_end_watch_set(user=request.user, job=job, watching=False)  # type: ignore[arg-type]
+        return Response(JobWatchOutput({"watching": watching}).data)
 
 
 # Templates ---------------------------------------------------------------------------------------------

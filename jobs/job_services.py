@@ -137,6 +137,7 @@ class JobRequest:
     memory_gb: int | None = None
     template: str | None = None
     idempotency_key: str = ""
+    rerun_of: uuid.UUID | None = None  # the job this one runs again (jobs/reruns.py)
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,7 @@ def job_submit_accepted(
                 paths=paths,
                 now=now,
                 idempotency_key=request.idempotency_key,
+                rerun_of=request.rerun_of,
             )
     except IntegrityError:
         # The key was used before (a retry), or raced in from a parallel request: the first one won. The unique
@@ -239,6 +241,7 @@ def _job_create(
     paths: JobPaths,
     now: datetime,
     idempotency_key: str,
+    rerun_of: uuid.UUID | None = None,
 ) -> Accepted:
     job = Job(
         id=job_id,
@@ -257,6 +260,7 @@ def _job_create(
         environment=dict(values["environment"]),
         template_id=values["template"] or "",
         idempotency_key=idempotency_key,
+        rerun_of_id=rerun_of,
         request_id=current_request_id(),
         working_directory=paths.working_directory,
         stdout_path=paths.stdout,

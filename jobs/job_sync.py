@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -706,6 +707,11 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
     # catches a change made in the same second as it, at the price of one more listing.
     listing = client.list_jobs(updated_since=since)
     result.requests += 1
+    if listing is None and _start_estimates_due(cluster):
+        # Slurm's backfill moves a pending job's expected start without marking the job changed (seen on 26.05),
+        # so the listing since the last one misses it: while portal jobs wait, look at every job now and then.
+        listing = client.list_jobs()
+        result.requests += 1
     now = timezone.now()
     if listing is None:
         result.unchanged_listing = True
@@ -783,6 +789,20 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
         jobs_listed_at=listing.last_update or now, jobs_synced_at=now, jobs_sync_error=""
     )
     return result
+
+
+def _start_estimates_due(cluster: Cluster) -> bool:
+    """Whether this sync should list every job to refresh the start estimates of the portal's pending jobs: at
+    most once per JOB_START_ESTIMATE_REFRESH_SECONDS per cluster, and only while some wait."""
+    if not Job.objects.filter(cluster=cluster, state=JobState.PENDING, is_external=False).exists():
+        return False
+    try:
+        return bool(
+            cache.add(f"jobs.start-estimates.{cluster.pk}", True, timeout=settings.JOB_START_ESTIMATE_REFRESH_SECONDS)
+        )
+    except Exception:  # Redis down: the estimates are refreshed at each sync meanwhile; nothing is lost
+        logger.warning("could not read the start-estimate refresh mark", exc_info=True)
+        return True
 
 
 def _cancel_duplicate(*, client: SlurmClient, job_id: uuid.UUID, slurm_job: SlurmJob) -> int:
@@ -896,6 +916,7 @@ _SYNCED_FIELDS = [
     "exit_code",
     "last_error",
     "submit_lease_until",
+    "expected_start_at",
     "updated_at",
 ]
 
@@ -954,6 +975,11 @@ def slurm_record_apply(
     if job.is_final:
         job.ended_at = slurm_job.end_time or job.ended_at or now
         job.exit_code = slurm_job.exit_code
+    # Accounting records carry no estimate: they leave a pending job's last one as it was.
+    if job.state != JobState.PENDING:
+        job.expected_start_at = None
+    elif isinstance(slurm_job, SlurmJob):
+        job.expected_start_at = slurm_job.expected_start_time
     after = {field: getattr(job, field) for field in _SYNCED_FIELDS}
     if after == before:
         return None

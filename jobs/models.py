@@ -83,6 +83,11 @@ class Job(models.Model):
     state_reason = models.CharField(max_length=200, blank=True)
     last_error = models.TextField(blank=True, help_text="Why the job is not in Slurm yet, or why it was rejected")
 
+    # While pending: when Slurm's backfill scheduler expects it to start (its `start_time` of a pending job).
+    expected_start_at = models.DateTimeField(null=True, blank=True)
+    # The job this one runs again ("run again", "edit and run again", "run it there instead").
+    rerun_of = models.ForeignKey("self", on_delete=models.SET_NULL, related_name="reruns", null=True, blank=True)
+
     slurm_job_id = models.PositiveBigIntegerField(null=True, blank=True)
     slurm_submit_time = models.DateTimeField(null=True, blank=True)
     nodes = models.CharField(max_length=500, blank=True)
@@ -266,6 +271,25 @@ class ProjectEfficiencyPolicy(models.Model):
 
     def __str__(self) -> str:
         return f"efficiency policy of {self.project}"
+
+
+class JobEndWatch(models.Model):
+    """A user's wish to be told when a job ends, with its outcome and cost (`billing.job_end_notices` tells them
+    once the cost is known, and sets `notified_at`)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="end_watches")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="job_end_watches")
+    created_at = models.DateTimeField(default=timezone.now)
+    notified_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "user"], name="job_end_watch_once_per_user")]
+        indexes = [
+            models.Index(fields=["job"], condition=models.Q(notified_at__isnull=True), name="job_end_watch_waiting")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} watches {self.job_id}"
 
 
 class JobTemplate(models.Model):

@@ -35,6 +35,7 @@ from tenants.selectors import (
 class JobAction(enum.Enum):
     VIEW = "view"  # anyone who may view the project
     CANCEL = "cancel"  # the job's owner, project managers, tenant admins
+    RERUN = "rerun"  # whoever may submit to its project: members and managers (a rerun runs as its requester)
 
 
 def job_list_for_user(*, user: AnyUser) -> QuerySet[Job]:
@@ -76,17 +77,26 @@ def job_get_for_user(*, user: AnyUser, job_id: uuid.UUID | str, action: JobActio
         project_get_by_id_for_user(user=user, project_id=job.project_id, action=ProjectAction.VIEW)
     except Http404:
         raise _job_not_found(job_id) from None
-    if action is JobAction.CANCEL:
-        is_owner = job.user_id is not None and job.user_id == user.pk
-        if not is_owner:
-            try:
-                project_get_by_id_for_user(user=user, project_id=job.project_id, action=ProjectAction.MANAGE)
-            except PermissionDenied:
-                raise PermissionDenied(
-                    f"Only the job's owner, the managers of project '{job.project}' and its tenant's admins "
-                    "may cancel this job."
-                ) from None
+    is_owner = job.user_id is not None and job.user_id == user.pk
+    if action is JobAction.CANCEL and not is_owner:
+        refusal = f"Only the job's owner, the managers of project '{job.project}' and its tenant's admins may cancel "
+        _project_action_check(user=user, job=job, action=ProjectAction.MANAGE, refusal=refusal + "this job.")
+    if action is JobAction.RERUN:
+        refusal = f"Only those who may submit to project '{job.project}' (its members and managers) may run its "
+        _project_action_check(user=user, job=job, action=ProjectAction.SUBMIT, refusal=refusal + "jobs again.")
     return job
+
+
+def _project_action_check(*, user: AnyUser, job: Job, action: ProjectAction, refusal: str) -> None:
+    try:
+        project_get_by_id_for_user(user=user, project_id=job.project_id, action=action)
+    except PermissionDenied:
+        raise PermissionDenied(refusal) from None
+
+
+def job_reruns_list(*, job: Job) -> list[Job]:
+    """The jobs that run `job` again, oldest first (they are in its project, so whoever sees it sees them)."""
+    return list(job.reruns.order_by("created_at", "id").only("pk", "name", "state", "created_at"))
 
 
 # Submissions ---------------------------------------------------------------------------------------------

@@ -197,6 +197,9 @@ CELERY_DB_REUSE_MAX = 1_000_000 if CELERY_WORKER_DATABASE_CONN_MAX_AGE else None
 JOB_SYNC_INTERVAL_SECONDS = env_int("JOB_SYNC_INTERVAL_SECONDS", 5)
 JOB_SYNC_ACTIVE_SECONDS = float(env_str("JOB_SYNC_ACTIVE_SECONDS", "1"))
 JOB_SYNC_SLOT_SECONDS = 120  # a sync slot held by a worker that died is free again after this
+# While portal jobs wait, every job is listed at most this often, to refresh Slurm's expected start times (its
+# backfill moves them without marking the jobs changed, so the listing of changes misses them).
+JOB_START_ESTIMATE_REFRESH_SECONDS = env_int("JOB_START_ESTIMATE_REFRESH_SECONDS", 15)
 # How often beat checks that the database is still its own (not a restored copy) and searches Slurm for the
 # jobs a restore lost while a recovery is open; see jobs/database_restores.py.
 RESTORE_CHECK_INTERVAL_SECONDS = env_int("RESTORE_CHECK_INTERVAL_SECONDS", 30)

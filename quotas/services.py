@@ -316,6 +316,22 @@ def _reserve_if_it_fits(*, job: Job, gpu_type: str | None, needed: int, now: dat
     return allocation
 
 
+def quota_refusal(*, job: Job, gpu_type: str | None, candidates: list[Allocation]) -> Conflict | None:
+    """What `quota_reserve` would refuse `job` with, given the project's allocations open today on its cluster
+    (`allocations_current`), or None when it fits: how an estimate says the same words as a submission."""
+    needed = job_gpu_seconds_needed(job)
+    if needed == 0:
+        return None
+    chosen = allocation_for(candidates=candidates, gpu_type=gpu_type)
+    if chosen is None:
+        return NoAllocation(
+            _no_allocation_message(project=job.project, cluster=job.cluster, gpu_type=gpu_type, found=candidates)
+        )
+    if needed > chosen.remaining_gpu_seconds:
+        return QuotaExceeded(_exceeded_message(job=job, allocation=chosen, needed=needed))
+    return None
+
+
 def _no_allocation_message(*, project: Project, cluster: Cluster, gpu_type: str | None, found: list[Allocation]) -> str:
     if gpu_type is None and found:
         types = ", ".join(sorted(allocation.gpu_type for allocation in found))

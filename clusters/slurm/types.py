@@ -160,6 +160,8 @@ class SlurmJob:
     restart_count: int = 0
     # The GPU devices it holds on each node, from `gres_detail`: (("gpu01", (0, 1)),); empty when not said.
     gpu_indices: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # A pending job's start_time: the backfill scheduler's estimate of when it will start (None: none yet).
+    expected_start_time: datetime | None = None
 
 
 @dataclass(frozen=True)

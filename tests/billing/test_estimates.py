@@ -229,9 +229,9 @@ def test_without_an_allocation_the_estimate_says_it_would_be_refused(cluster: Cl
 
     assert (body["max_cost"], body["allocation"], body["fits"]) == ("5.00", None, False)
     assert body["message"] == (
-        "At most 2.00 GPU-hours on h100 at 2.5000 EUR/GPU-hour: up to 5.00 EUR; but vision has no GPU-hour "
-        "allocation open today on cluster estcluster for h100 GPUs, so it would be refused: ask your tenant admin "
-        "or a portal admin for one."
+        "At most 2.00 GPU-hours on h100 at 2.5000 EUR/GPU-hour: up to 5.00 EUR; but it would be refused: vision "
+        "has no GPU-hour allocation open today on cluster estcluster for h100 GPUs (it has some for a100); ask "
+        "your tenant admin or a portal admin for one."
     )
 
 
@@ -245,9 +245,10 @@ def test_a_job_larger_than_what_is_left_does_not_fit(cluster: Cluster, project: 
     assert body["allocation"]["remaining_gpu_hours"] == "1.50"
     assert body["allocation"]["remaining_after_gpu_hours"] == "-0.50"
     assert body["message"] == (
-        f"At most 2.00 GPU-hours on h100 at 2.5000 EUR/GPU-hour: up to 5.00 EUR; but only 1.50 GPU-hours are left "
-        f"until {allocation.ends_on}, so it would be refused: ask for fewer GPUs or a shorter time limit, or request "
-        f"more at /api/v1/allocations/{allocation.pk}/requests/."
+        "At most 2.00 GPU-hours on h100 at 2.5000 EUR/GPU-hour: up to 5.00 EUR; but it would be refused: This job "
+        "needs 2.0 GPU-hours (2 GPUs x 60 min); vision has 1.5 GPU-hours left on cluster estcluster until "
+        f"{allocation.ends_on}; request more at /api/v1/allocations/{allocation.pk}/requests/, or ask for fewer "
+        "GPUs or a shorter time limit."
     )
 
 

@@ -173,7 +173,7 @@ def test_the_estimate_says_what_the_job_costs_at_most_and_what_it_leaves(shop: S
     shop.allocation.save(update_fields=["granted_gpu_seconds"])
     warning = shop.client("member").post("/jobs/new/estimates/", _form()).content.decode()
     assert 'data-fits="false"' in warning
-    assert "but only 4.00 GPU-hours are left until" in warning
+    assert "but it would be refused: This job needs 8.0 GPU-hours" in warning
     assert "<strong>This job does not fit.</strong>" in warning
 
     invalid = shop.client("member").post("/jobs/new/estimates/", _form(gpus="9")).content.decode()

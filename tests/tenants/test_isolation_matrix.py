@@ -256,6 +256,13 @@ MATRIX: dict[str, dict[str, Case]] = {
     "api/v1/jobs/<uuid:job_id>/cancel/": {"POST": Case(only(202, ("member", *PROJECT_MANAGERS)))},
     "api/v1/jobs/<uuid:job_id>/log/": {"GET": Case(only(200, PROJECT_VIEWERS))},
     "api/v1/jobs/<uuid:job_id>/efficiency/": {"GET": Case(only(200, PROJECT_VIEWERS))},
+    # Running a job again is submitting: those who may submit to its project.
+    "api/v1/jobs/<uuid:job_id>/rerun/": {"POST": Case(only(202, SUBMITTERS), body=lambda w: {"name": "again"})},
+    # Being told when a job ends: whoever sees it.
+    "api/v1/jobs/<uuid:job_id>/watch/": {
+        "POST": Case(only(200, PROJECT_VIEWERS)),
+        "DELETE": Case(only(200, PROJECT_VIEWERS)),
+    },
     # Allocations: read by those who see the project; created and changed by portal admins only.
     "api/v1/allocations/": {
         "GET": Case(everyone(200), leak_free_for=("outsider", "tenant_member")),

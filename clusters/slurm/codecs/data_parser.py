@@ -152,6 +152,7 @@ class DataParserCodec(Codec):
             standard_error=standard_error,
             restart_count=plain_number(raw.get("restart_cnt")) or 0,
             gpu_indices=gpu_indices_by_node(nodes=nodes, gres_detail=_gres_strings(raw.get("gres_detail"))),
+            expected_start_time=timestamp(raw.get("start_time")) if state is JobState.PENDING else None,
         )
 
     def _job_gpus(self, raw: Json) -> tuple[int, str | None]:

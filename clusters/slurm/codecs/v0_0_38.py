@@ -145,6 +145,7 @@ class V0038Codec(Codec):
             standard_error=raw.get("standard_error") or "",
             restart_count=plain_number(raw.get("restart_cnt")) or 0,
             gpu_indices=gpu_indices_by_node(nodes=raw.get("nodes") or "", gres_detail=raw.get("gres_detail")),
+            expected_start_time=timestamp(raw.get("start_time")) if state is JobState.PENDING else None,
         )
 
     def decode_accounting_jobs(self, body: Json) -> list[AccountingRecord]:
