@@ -109,6 +109,10 @@ class Job(models.Model):
             models.Index(fields=["project", "-created_at"], name="job_project_recent"),
             models.Index(fields=["cluster", "state"], name="job_cluster_state"),
             models.Index(fields=["user", "-created_at"], name="job_user_recent"),
+            # The job lists (bench/history.py): everything a user may see, newest first, paged by keyset on
+            # (created_at, id); and a project's jobs in one state (or a few: one range each), newest first.
+            models.Index(fields=["-created_at", "-id"], name="job_recent"),
+            models.Index(fields=["project", "state", "-created_at", "-id"], name="job_project_state_recent"),
         ]
         constraints = [
             # Slurm reuses job ids after its state is reset: an external job is known by id and submit time.
