@@ -102,7 +102,9 @@ class BoundedCount:
         return f"{self.count:,}" if self.exact else f"more than {self.count:,}"
 
 
-def bounded_count(queryset: QuerySet[M], *, limit: int = COUNT_LIMIT) -> BoundedCount:
-    """How many rows `queryset` has, counted up to `limit` only: `SELECT count(*) FROM (... LIMIT limit + 1)`."""
+def bounded_count(queryset: QuerySet[M], *, limit: int | None = None) -> BoundedCount:
+    """How many rows `queryset` has, counted up to `limit` (COUNT_LIMIT) only: `SELECT count(*) FROM (... LIMIT
+    limit + 1)`."""
+    limit = COUNT_LIMIT if limit is None else limit
     found = queryset.order_by().values("pk")[: limit + 1].count()
     return BoundedCount(count=min(found, limit), exact=found <= limit)
