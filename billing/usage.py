@@ -272,8 +272,7 @@ def usage_daily_rebuild() -> int:
         with connection.cursor() as cursor:
             cursor.execute("DELETE FROM billing_usagedaily")
             cursor.execute(
-                f"INSERT INTO billing_usagedaily ({_DAILY_COLUMNS}, {_DAILY_SUMS}) "
-                + USAGE_DAILY_FROM_SHARES_SQL
+                f"INSERT INTO billing_usagedaily ({_DAILY_COLUMNS}, {_DAILY_SUMS}) " + USAGE_DAILY_FROM_SHARES_SQL
             )
             return int(cursor.rowcount)
 
