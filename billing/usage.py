@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
@@ -215,7 +216,7 @@ _DAILY_BATCH = 1000
 def usage_daily_add(*, shares_of: list[list[UsageShare]]) -> None:
     """Add new shares (each record's, in time order) to their days' sums (UsageDaily), in the caller's transaction:
     one statement per thousand rows, in key order so that two writers never wait on each other crosswise."""
-    sums: dict[tuple[object, ...], list[object]] = {}
+    sums: dict[tuple[Any, ...], list[Any]] = {}
     for shares in shares_of:
         days_seen: set[date] = set()
         for index, share in enumerate(shares):
@@ -233,10 +234,10 @@ def usage_daily_add(*, shares_of: list[list[UsageShare]]) -> None:
                 share.currency,
             )
             found = sums.setdefault(key, [0, Decimal(0), 0, 0])
-            found[0] += share.gpu_seconds  # type: ignore[operator]
-            found[1] += share.cost  # type: ignore[operator]
-            found[2] += 1 if index == 0 else 0  # type: ignore[operator]
-            found[3] += 1 if index > 0 and share.day not in days_seen else 0  # type: ignore[operator]
+            found[0] += share.gpu_seconds
+            found[1] += share.cost
+            found[2] += 1 if index == 0 else 0
+            found[3] += 1 if index > 0 and share.day not in days_seen else 0
             days_seen.add(share.day)
     rows = [(*key, *values) for key, values in sorted(sums.items(), key=lambda item: str(item[0]))]
     placeholders = "(" + ", ".join(["%s"] * 15) + ")"

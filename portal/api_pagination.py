@@ -3,6 +3,7 @@ for the lists that grow with the history."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import QuerySet
@@ -32,7 +33,10 @@ class KeysetPagination(BasePagination):
     page_size = PagePagination.page_size
     max_page_size = PagePagination.max_page_size
 
-    def paginate_queryset(self, queryset: QuerySet[Any], request: Request, view: Any = None) -> list[Any]:
+    def paginate_queryset(
+        self, queryset: QuerySet[Any] | Sequence[Any], request: Request, view: Any = None
+    ) -> list[Any]:
+        assert isinstance(queryset, QuerySet), "keyset pages need a queryset ordered by created_at"
         if "page" in request.query_params:
             raise ValidationError(
                 {"page": ["This list pages by cursor: follow `next` (or `previous`) instead of giving a page number."]}
