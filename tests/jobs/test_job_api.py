@@ -26,6 +26,7 @@ from tests.factories import (
     make_user,
 )
 from tests.jobs.conftest import local_cluster
+from tests.portal.openapi import assert_matches_schema
 
 pytestmark = pytest.mark.django_db
 
@@ -476,7 +477,9 @@ def test_the_job_list_pages_by_cursor_through_equal_times_and_counts_up_to_a_lim
     expected = [str(job.pk) for job in Job.objects.order_by("-created_at", "-id")]
     api = _api(member)
 
-    first = api.get("/api/v1/jobs/", {"page_size": 2}).json()
+    response = api.get("/api/v1/jobs/", {"page_size": 2})
+    assert_matches_schema(response, method="GET", path_template="/api/v1/jobs/")
+    first = response.json()
     assert (first["count"], first["count_exact"], first["previous"]) == (5, True, None)
     second = api.get(first["next"]).json()
     third = api.get(second["next"]).json()
