@@ -20,6 +20,7 @@ Run it under `flock -w 900 /tmp/gpuportal-live.lock` (README, "Benchmarks").
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
@@ -147,7 +148,11 @@ def child(*, jobs: int, requests: int, reuse: bool) -> None:
     assert "_history_bench_" in name, f"refusing to drop {name!r}: not a history benchmark database"
     if reuse and _loaded_jobs() == jobs:
         started = time.perf_counter()
-        call_command("migrate", interactive=False, verbosity=1)
+        output = io.StringIO()
+        call_command("migrate", interactive=False, verbosity=2, stdout=output)
+        for line in output.getvalue().splitlines():
+            if "Applying" in line:
+                print(f"  {size_label(jobs)}: {line.strip()}", flush=True)
         note = f"reused, migrated in {time.perf_counter() - started:.1f} s"
     else:
         note = _load(stack, jobs=jobs)
