@@ -1,11 +1,15 @@
 """Indexes for the job lists over a long history (bench/history.py), built without locking out writes.
 
 CREATE INDEX CONCURRENTLY cannot run in a transaction, hence `atomic = False`; on 1M jobs each takes seconds
-while submissions and the sync go on (README, "Benchmarks").
+while submissions and the sync go on (README, "Benchmarks"). The search index needs PostgreSQL's pg_trgm, a
+trusted extension: the database's owner may create it. ANALYZE at the end gathers the statistics of the
+indexed expression, without which the planner guesses how many names a search matches.
 """
 
-from django.contrib.postgres.operations import AddIndexConcurrently
+from django.contrib.postgres.indexes import GinIndex, OpClass
+from django.contrib.postgres.operations import AddIndexConcurrently, TrigramExtension
 from django.db import migrations, models
+from django.db.models.functions import Upper
 
 
 class Migration(migrations.Migration):
@@ -19,4 +23,9 @@ class Migration(migrations.Migration):
             model_name="job",
             index=models.Index(fields=["project", "state", "-created_at", "-id"], name="job_project_state_recent"),
         ),
+        TrigramExtension(),
+        AddIndexConcurrently(
+            model_name="job", index=GinIndex(OpClass(Upper("name"), name="gin_trgm_ops"), name="job_name_search")
+        ),
+        migrations.RunSQL(sql="ANALYZE jobs_job", reverse_sql=migrations.RunSQL.noop),
     ]
