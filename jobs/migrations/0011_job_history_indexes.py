@@ -24,8 +24,17 @@ class Migration(migrations.Migration):
             index=models.Index(fields=["project", "state", "-created_at", "-id"], name="job_project_state_recent"),
         ),
         TrigramExtension(),
-        AddIndexConcurrently(
-            model_name="job", index=GinIndex(OpClass(Upper("name"), name="gin_trgm_ops"), name="job_name_search")
+        # Written out: Django renders this expression with one pair of parentheses too many for PostgreSQL.
+        migrations.RunSQL(
+            sql='CREATE INDEX CONCURRENTLY IF NOT EXISTS "job_name_search" ON "jobs_job" '
+            'USING gin (UPPER("name") gin_trgm_ops)',
+            reverse_sql='DROP INDEX CONCURRENTLY IF EXISTS "job_name_search"',
+            state_operations=[
+                migrations.AddIndex(
+                    model_name="job",
+                    index=GinIndex(OpClass(Upper("name"), name="gin_trgm_ops"), name="job_name_search"),
+                )
+            ],
         ),
         migrations.RunSQL(sql="ANALYZE jobs_job", reverse_sql=migrations.RunSQL.noop),
     ]
