@@ -106,7 +106,15 @@ bench: cluster database nginx
 		BENCH_CLUSTER=$$cluster $(PY) bench/state_latency.py; done
 	$(PY) bench/log_latency.py
 	$(PY) bench/invoice.py
+	$(PY) bench/history.py
 	$(PY) bench/http_topology.py
+
+# The history routes (job lists, spend, burn-down, billing) with 10k and 1M finished jobs bulk-loaded into a
+# database of their own (<DATABASE_URL's name>_history_bench_<jobs>); see README, "Benchmarks", and bench/history.py.
+# `make history-bench HISTORY_ARGS="--jobs 10000,1000000 --reuse"` keeps the loaded databases and migrates them.
+.PHONY: history-bench
+history-bench: database
+	$(PY) bench/history.py $(HISTORY_ARGS)
 
 # How the web tier should run: uvicorn alone versus gunicorn beside uvicorn, with and without nginx in front
 # (requests/s, p50/p95 of a GET and a POST at 4 clients, PostgreSQL connections; about 13 minutes). See README,

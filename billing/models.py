@@ -8,6 +8,7 @@ so that months, days and rates each get exactly the GPU-seconds consumed in them
 from __future__ import annotations
 
 from datetime import date
+from decimal import Decimal
 
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
@@ -88,6 +89,22 @@ class UsageRecord(models.Model):
         return f"{self.project} job {self.slurm_job_id}: {self.gpu_seconds} GPU-s, {self.cost} {self.currency}"
 
 
+# What makes one row of UsageDaily: a day, an invoice line (billing.money.INVOICE_LINE_FIELDS) and a user.
+USAGE_DAILY_KEY = (
+    "day",
+    "tenant",
+    "project",
+    "cluster",
+    "user",
+    "cluster_username",
+    "gpu_type",
+    "billed_month",
+    "rate",
+    "price_per_gpu_hour",
+    "currency",
+)
+
+
 class UsageShare(models.Model):
     """The part of a usage record consumed on one UTC day at one rate. Tenant, project, user and GPU type are
     copied from the record so that invoices and spend series are one grouped query over this table.
@@ -126,6 +143,55 @@ class UsageShare(models.Model):
 
     def __str__(self) -> str:
         return f"{self.usage_record_id} {self.day}: {self.gpu_seconds} GPU-s at {self.price_per_gpu_hour}"
+
+
+class UsageDaily(models.Model):
+    """The usage shares of one UTC day summed per invoice line and per user: what spend and the dashboard read,
+    so that a month's or a year's spend is a few hundred rows whatever the number of jobs.
+
+    Kept by the usage import (billing/usage.py) in the transaction that writes the shares, by adding to the
+    row of its key; never edited otherwise. `jobs` counts the usage records whose first share is in the row and
+    `carried_jobs` those begun earlier that go on that day, so the jobs that used GPUs in a period are its rows'
+    `jobs` plus its first day's `carried_jobs`. `usage_daily_mismatches` (and its test) checks the rows against
+    the shares they sum.
+    """
+
+    day = models.DateField()
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="+")
+    project = models.ForeignKey("tenants.Project", on_delete=models.PROTECT, related_name="+")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="+")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    cluster_username = models.CharField(max_length=32, blank=True)
+    gpu_type = models.CharField(max_length=64, blank=True)
+    billed_month = models.DateField()
+    rate = models.ForeignKey(Rate, on_delete=models.PROTECT, related_name="+")
+    price_per_gpu_hour = models.DecimalField(max_digits=12, decimal_places=4)
+    currency = models.CharField(max_length=3)
+    gpu_seconds = models.BigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=20, decimal_places=6, default=Decimal(0))
+    jobs = models.PositiveIntegerField(default=0, help_text="Records whose first share is in this row")
+    carried_jobs = models.PositiveIntegerField(
+        default=0, help_text="Records begun on an earlier day whose first share of this day is in this row"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=[*USAGE_DAILY_KEY],
+                name="usage_daily_key",
+                nulls_distinct=False,
+            )
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "day"], name="usage_daily_tenant_day"),
+            models.Index(fields=["project", "day"], name="usage_daily_project_day"),
+            models.Index(fields=["day"], name="usage_daily_day"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.project_id} {self.user_id}: {self.gpu_seconds} GPU-s, {self.cost} {self.currency}"
 
 
 class InvoiceState(models.TextChoices):

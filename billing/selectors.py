@@ -10,14 +10,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import date
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from django.db.models import QuerySet, Sum
 from django.db.models.functions import TruncMonth
 from django.http import Http404
 
-from billing.models import Invoice, InvoiceLine, Rate, UsageRecord, UsageShare
+from billing.models import Invoice, InvoiceLine, Rate, UsageDaily, UsageRecord, UsageShare
 from billing.money import INVOICE_LINE_FIELDS, amount_billed
 from tenants.selectors import AnyUser, administered_by
 
@@ -74,13 +74,15 @@ def usage_record_for_job(*, job_id: UUID) -> UsageRecord | None:
     return UsageRecord.objects.filter(job_id=job_id).first()
 
 
+UsageRows = TypeVar("UsageRows", UsageShare, UsageDaily)
+
 # Usage amounts: grouped by invoice line, the way invoices are built, then rounded by billing.money's one rule.
 
 
-def usage_per_line(shares: QuerySet[UsageShare], *fields: Any) -> QuerySet[UsageShare, dict[str, Any]]:
-    """`shares` grouped by `fields` and by the invoice line each goes on (billing.money.INVOICE_LINE_FIELDS),
-    with their summed `cost` and GPU-`seconds`: one query, one row per group."""
-    grouped: QuerySet[UsageShare, dict[str, Any]] = (
+def usage_per_line(shares: QuerySet[UsageRows], *fields: Any) -> QuerySet[UsageRows, dict[str, Any]]:
+    """`shares` (usage shares or their daily sums) grouped by `fields` and by the invoice line each goes on
+    (billing.money.INVOICE_LINE_FIELDS), with their summed `cost` and GPU-`seconds`: one query, one row per group."""
+    grouped: QuerySet[UsageRows, dict[str, Any]] = (
         shares.annotate(usage_month=TruncMonth("day"))
         .values(*fields, *INVOICE_LINE_FIELDS)
         .annotate(cost=Sum("cost"), seconds=Sum("gpu_seconds"))

@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
@@ -130,6 +131,7 @@ def usage_import(*, now: datetime | None = None, batch_size: int = IMPORT_BATCH_
             for share in shares:
                 share.usage_record = record
         UsageShare.objects.bulk_create([share for shares in shares_of for share in shares], batch_size=5000)
+        usage_daily_add(shares_of=shares_of)
 
         touched: dict[date, set[int]] = defaultdict(set)
         for shares in shares_of:
@@ -191,3 +193,104 @@ def _price(
         currency=shares[0].currency,
     )
     return record, shares
+
+
+# Daily sums ---------------------------------------------------------------------------------------------------
+
+_DAILY_COLUMNS = (
+    "day, tenant_id, project_id, cluster_id, user_id, cluster_username, gpu_type, billed_month, rate_id, "
+    "price_per_gpu_hour, currency"
+)
+_DAILY_SUMS = "gpu_seconds, cost, jobs, carried_jobs"
+_DAILY_UPSERT = f"""
+    INSERT INTO billing_usagedaily ({_DAILY_COLUMNS}, {_DAILY_SUMS}) VALUES {{values}}
+    ON CONFLICT ON CONSTRAINT usage_daily_key DO UPDATE SET
+        gpu_seconds = billing_usagedaily.gpu_seconds + EXCLUDED.gpu_seconds,
+        cost = billing_usagedaily.cost + EXCLUDED.cost,
+        jobs = billing_usagedaily.jobs + EXCLUDED.jobs,
+        carried_jobs = billing_usagedaily.carried_jobs + EXCLUDED.carried_jobs
+"""  # noqa: S608
+_DAILY_BATCH = 1000
+
+
+def usage_daily_add(*, shares_of: list[list[UsageShare]]) -> None:
+    """Add new shares (each record's, in time order) to their days' sums (UsageDaily), in the caller's transaction:
+    one statement per thousand rows, in key order so that two writers never wait on each other crosswise."""
+    sums: dict[tuple[Any, ...], list[Any]] = {}
+    for shares in shares_of:
+        days_seen: set[date] = set()
+        for index, share in enumerate(shares):
+            key = (
+                share.day,
+                share.tenant_id,
+                share.project_id,
+                share.cluster_id,
+                share.user_id,
+                share.cluster_username,
+                share.gpu_type,
+                share.billed_month,
+                share.rate_id,
+                share.price_per_gpu_hour,
+                share.currency,
+            )
+            found = sums.setdefault(key, [0, Decimal(0), 0, 0])
+            found[0] += share.gpu_seconds
+            found[1] += share.cost
+            found[2] += 1 if index == 0 else 0
+            found[3] += 1 if index > 0 and share.day not in days_seen else 0
+            days_seen.add(share.day)
+    rows = [(*key, *values) for key, values in sorted(sums.items(), key=lambda item: str(item[0]))]
+    placeholders = "(" + ", ".join(["%s"] * 15) + ")"
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), _DAILY_BATCH):
+            batch = rows[start : start + _DAILY_BATCH]
+            cursor.execute(
+                _DAILY_UPSERT.format(values=", ".join([placeholders] * len(batch))),
+                [value for row in batch for value in row],
+            )
+
+
+# The first share of each record (by time) counts its job; the first of each later day carries it. Shares never
+# change once written.
+USAGE_DAILY_FROM_SHARES_SQL = f"""
+    SELECT {_DAILY_COLUMNS}, sum(gpu_seconds), sum(cost), count(*) FILTER (WHERE first_of_record),
+        count(*) FILTER (WHERE first_of_day AND NOT first_of_record)
+    FROM (
+        SELECT *,
+            row_number() OVER (PARTITION BY usage_record_id ORDER BY starts_at, id) = 1 AS first_of_record,
+            row_number() OVER (PARTITION BY usage_record_id, day ORDER BY starts_at, id) = 1 AS first_of_day
+        FROM billing_usageshare
+    ) shares
+    GROUP BY {_DAILY_COLUMNS}
+"""  # noqa: S608
+
+
+def usage_daily_rebuild() -> int:
+    """Recompute every daily sum from the shares (after a bulk load or a repair); returns the rows written.
+    Writers of usage wait meanwhile (the billing lock); readers do not."""
+    with transaction.atomic():
+        billing_lock()
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM billing_usagedaily")
+            cursor.execute(
+                f"INSERT INTO billing_usagedaily ({_DAILY_COLUMNS}, {_DAILY_SUMS}) " + USAGE_DAILY_FROM_SHARES_SQL
+            )
+            return int(cursor.rowcount)
+
+
+def usage_daily_mismatches() -> list[tuple[object, ...]]:
+    """The daily sums that differ from the shares they sum (none, unless something wrote around the import):
+    each row ("kept", key..., gpu_seconds, cost, jobs, carried_jobs) as stored, or ("expected", ...) as the
+    shares say."""
+    columns = f"{_DAILY_COLUMNS}, {_DAILY_SUMS}"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH kept AS (SELECT {columns} FROM billing_usagedaily),
+                expected ({columns}) AS ({USAGE_DAILY_FROM_SHARES_SQL})
+            (SELECT 'kept', * FROM (SELECT * FROM kept EXCEPT SELECT * FROM expected) only_kept)
+            UNION ALL
+            (SELECT 'expected', * FROM (SELECT * FROM expected EXCEPT SELECT * FROM kept) only_expected)
+            """  # noqa: S608
+        )
+        return [tuple(row) for row in cursor.fetchall()]

@@ -15,7 +15,6 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
@@ -44,6 +43,7 @@ from jobs.selectors import (
 )
 from jobs.templates import BUILTIN_TEMPLATES, BuiltinTemplate
 from portal.errors import Conflict
+from portal.keyset import CursorInvalid, bounded_count, keyset_page
 from tenants.models import Project
 from tenants.selectors import ProjectAction, project_get_by_label_for_user, project_list_for_user
 
@@ -370,8 +370,11 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
     jobs = job_list_filtered_for_user(
         user=request.user, project=project, states=states, cluster_name=cluster_name, search=search
     )
-    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
-    rows = list(page.object_list)
+    try:
+        page = keyset_page(jobs, cursor=request.GET.get("cursor") or None, size=JOBS_PER_PAGE)
+    except CursorInvalid:  # a link cut short, or from another list: its first page
+        page = keyset_page(jobs, cursor=None, size=JOBS_PER_PAGE)
+    rows = page.rows
     filters = {"project": project_label, "state": state, "cluster": cluster_name, "search": search}
     filtered = any(filters.values())
 
@@ -379,12 +382,12 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
     watched: dict[str, Project] = {}
     for job in rows:
         watched.setdefault(_label(job.project), job.project)
-    if page.number == 1:
+    if page.is_first:
         for candidate in [project] if project else visible_projects:
             watched.setdefault(_label(candidate), candidate)
     known_active = (
         [str(job_id) for job_id in jobs.filter(state__in=list(ACTIVE_JOB_STATES)).values_list("pk", flat=True)[:500]]
-        if page.number == 1
+        if page.is_first
         else []
     )
     live = {
@@ -392,12 +395,13 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
             f"/ws/projects/{item.tenant.slug}/{item.slug}/jobs/"
             for item in list(watched.values())[:MAX_WATCHED_PROJECTS]
         ],
-        "insert_new": page.number == 1,
+        "insert_new": page.is_first,
         "filters": {"project": project_label, "states": states, "cluster": cluster_name, "search": search},
         "known": known_active,
     }
     context = {
         "page": page,
+        "count": bounded_count(jobs),
         "rows": rows,
         "filters": filters,
         "filtered": filtered,

@@ -40,7 +40,7 @@ from jobs.selectors import (
 from jobs.templates import BUILTIN_TEMPLATES, BuiltinTemplate
 from portal.api_errors import ERRORS, ERRORS_WITH_CONFLICT
 from portal.api_inputs import BodyInput
-from portal.api_pagination import PagePagination
+from portal.api_pagination import KeysetPagination, PagePagination
 from portal.errors import Conflict
 from tenants.models import Project
 from tenants.selectors import ProjectAction, project_get_by_label_for_user
@@ -237,7 +237,11 @@ class JobSubmitInput(BodyInput):
 
 class JobFilter(django_filters.FilterSet):  # type: ignore[misc]
     project = django_filters.CharFilter(method="filter_project", help_text="tenant/project")
-    state = django_filters.MultipleChoiceFilter(choices=JobState.choices, help_text="Repeat for several states")
+    # Not DISTINCT (django-filter's default for a multiple choice): a job has one state, so no row repeats, and
+    # DISTINCT over every column made the database sort a whole project's jobs for each page and its count.
+    state = django_filters.MultipleChoiceFilter(
+        choices=JobState.choices, distinct=False, help_text="Repeat for several states"
+    )
     cluster = django_filters.CharFilter(field_name="cluster__name")
     user = django_filters.CharFilter(field_name="user__username", help_text="The submitter's username")
     external = django_filters.BooleanFilter(field_name="is_external")
@@ -253,8 +257,9 @@ class JobFilter(django_filters.FilterSet):  # type: ignore[misc]
         return queryset.filter(project=project)
 
     def filter_active(self, queryset: QuerySet[Job], name: str, value: bool) -> QuerySet[Job]:
+        # Both as a list of states (not an exclusion), which the project-and-state index serves.
         final = [state.value for state in JobState if state not in _ACTIVE]
-        return queryset.exclude(state__in=final) if value else queryset.filter(state__in=final)
+        return queryset.filter(state__in=[state.value for state in _ACTIVE] if value else final)
 
     def filter_search(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
         condition = Q(name__icontains=value)
@@ -288,6 +293,7 @@ class JobListApi(generics.ListAPIView):  # type: ignore[type-arg]
     queryset = Job.objects.none()
     serializer_class = JobOutput
     filterset_class = JobFilter
+    pagination_class = KeysetPagination
 
     def get_queryset(self) -> QuerySet[Job]:
         return job_list_for_user(user=self.request.user)

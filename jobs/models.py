@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
+from django.db.models.functions import Upper
 from django.utils import timezone
 
 from clusters.models import Cluster
@@ -116,6 +118,14 @@ class Job(models.Model):
             models.Index(fields=["project", "-created_at"], name="job_project_recent"),
             models.Index(fields=["cluster", "state"], name="job_cluster_state"),
             models.Index(fields=["user", "-created_at"], name="job_user_recent"),
+            # The job lists (bench/history.py): everything a user may see, newest first, paged by keyset on
+            # (created_at, id); and a project's jobs in one state (or a few: one range each), newest first.
+            models.Index(fields=["-created_at", "-id"], name="job_recent"),
+            models.Index(fields=["project", "state", "-created_at", "-id"], name="job_project_state_recent"),
+            # The lists' search (`name__icontains`, i.e. UPPER(name) LIKE UPPER('%...%')): a rare word is found
+            # through it, and ANALYZE keeps statistics of the expression, so a common one is known as such and
+            # found by walking job_recent instead of sorting every match.
+            GinIndex(OpClass(Upper("name"), name="gin_trgm_ops"), name="job_name_search"),
         ]
         constraints = [
             # Slurm reuses job ids after its state is reset: an external job is known by id and submit time.

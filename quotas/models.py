@@ -129,6 +129,24 @@ class LedgerEntry(models.Model):
         return f"{self.kind} {self.gpu_seconds} GPU-s ({self.allocation_id})"
 
 
+class LedgerDaily(models.Model):
+    """One allocation's ledger summed per UTC day (by each entry's `created_at`): what its burn-down reads
+    (quotas/usage.py), a row per day however many jobs ran. Kept by quotas.services in the transaction that adds
+    each entry, and checked against the entries by `ledger_daily_mismatches` (and its test)."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="ledger_days")
+    day = models.DateField()
+    charged_gpu_seconds = models.BigIntegerField(default=0)
+    reserved_gpu_seconds = models.BigIntegerField(default=0)
+    released_gpu_seconds = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["allocation", "day"], name="ledger_daily_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.allocation_id} {self.day}: {self.charged_gpu_seconds} GPU-s charged"
+
+
 class QuotaLimitState(models.Model):
     """What the portal last wrote as the GPU-minute limit of a project's Slurm account on a cluster.
 

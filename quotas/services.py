@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from django.db.models.functions import Coalesce
 from portal import metrics
 from portal.errors import Conflict
 from portal.queue import task_enqueue_on_commit
-from quotas.models import Allocation, LedgerEntry, LedgerKind
+from quotas.models import Allocation, LedgerDaily, LedgerEntry, LedgerKind
 from quotas.units import format_gpu_hours, gpu_hours_to_seconds
 from tenants.models import Project
 from tenants.services import Actor, audit_record
@@ -107,7 +107,7 @@ def allocation_create(
             granted_gpu_seconds=gpu_seconds,
             created_by=actor if actor is not None and actor.is_authenticated else None,
         )
-        LedgerEntry.objects.create(
+        ledger_add(
             allocation=allocation,
             project=project,
             cluster=cluster,
@@ -142,7 +142,7 @@ def allocation_grant(*, actor: Actor, allocation: Allocation, gpu_seconds: int, 
                 f"neither used nor reserved; take back at most that much."
             )
         before = _allocation_state(locked)
-        LedgerEntry.objects.create(
+        ledger_add(
             allocation=locked,
             project_id=locked.project_id,
             cluster_id=locked.cluster_id,
@@ -263,7 +263,8 @@ def quota_reserve(*, job: Job, gpu_type: str | None, now: datetime) -> Reservati
 
 
 # The common case of every submission in one statement: choose the allocation as `allocation_for` does (the
-# job's own GPU type before any type), take the GPU-seconds only if they are left, and write the ledger row.
+# job's own GPU type before any type), take the GPU-seconds only if they are left, and write the ledger row
+# and add it to the allocation's day (as `ledger_add` does).
 # The UPDATE's row lock serialises reservers; under it PostgreSQL re-checks the balance on the newest row.
 _RESERVE_SQL = """
 WITH chosen AS (
@@ -282,6 +283,11 @@ WITH chosen AS (
 ), entry AS (
     INSERT INTO {ledger} (allocation_id, project_id, cluster_id, kind, gpu_seconds, job_id, note, created_at)
     SELECT id, project_id, cluster_id, %(kind)s, %(needed)s, %(job)s, 'accepted', %(now)s FROM held
+), daily AS (
+    INSERT INTO {daily} (allocation_id, day, reserved_gpu_seconds, charged_gpu_seconds, released_gpu_seconds)
+    SELECT id, %(day)s, %(needed)s, 0, 0 FROM held
+    ON CONFLICT (allocation_id, day)
+    DO UPDATE SET reserved_gpu_seconds = {daily}.reserved_gpu_seconds + EXCLUDED.reserved_gpu_seconds
 )
 SELECT * FROM held
 """
@@ -289,7 +295,9 @@ SELECT * FROM held
 
 def _reserve_if_it_fits(*, job: Job, gpu_type: str | None, needed: int, now: datetime) -> Allocation | None:
     """The allocation, its balances after the reservation, when the job's allocation has room; else None."""
-    sql = _RESERVE_SQL.format(allocation=Allocation._meta.db_table, ledger=LedgerEntry._meta.db_table)
+    sql = _RESERVE_SQL.format(
+        allocation=Allocation._meta.db_table, ledger=LedgerEntry._meta.db_table, daily=LedgerDaily._meta.db_table
+    )
     parameters: dict[str, Any] = {
         "project": job.project_id,
         "cluster": job.cluster_id,
@@ -299,6 +307,7 @@ def _reserve_if_it_fits(*, job: Job, gpu_type: str | None, needed: int, now: dat
         "kind": LedgerKind.RESERVE.value,
         "job": job.pk,
         "now": now,
+        "day": now.astimezone(UTC).date(),
     }
     with connection.cursor() as cursor:
         cursor.execute(sql, parameters)
@@ -363,9 +372,37 @@ def _exceeded_message(*, job: Job, allocation: Allocation, needed: int) -> str:
     )
 
 
+# The column of LedgerDaily each kind of entry adds to (grants are not part of a burn-down).
+_DAILY_COLUMN = {
+    LedgerKind.CHARGE: "charged_gpu_seconds",
+    LedgerKind.RESERVE: "reserved_gpu_seconds",
+    LedgerKind.RELEASE: "released_gpu_seconds",
+}
+
+
+def ledger_add(**fields: Any) -> LedgerEntry:
+    """Add one ledger entry and, in the same transaction, its GPU-seconds to its allocation's day (LedgerDaily).
+    Every writer of the ledger goes through here; callers hold the allocation's row lock, so the day's row is
+    never raced for."""
+    entry = LedgerEntry.objects.create(**fields)
+    column = _DAILY_COLUMN.get(LedgerKind(entry.kind))
+    if entry.allocation_id is not None and column is not None:
+        added = {name: entry.gpu_seconds if name == column else 0 for name in _DAILY_COLUMN.values()}
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                INSERT INTO quotas_ledgerdaily (allocation_id, day, {", ".join(added)}) VALUES (%s, %s, %s, %s, %s)
+                ON CONFLICT (allocation_id, day)
+                DO UPDATE SET {column} = quotas_ledgerdaily.{column} + EXCLUDED.{column}
+                """,  # noqa: S608
+                [entry.allocation_id, entry.created_at.astimezone(UTC).date(), *added.values()],
+            )
+    return entry
+
+
 def _reserve(*, allocation: Allocation, job: Job, gpu_seconds: int, note: str) -> None:
     """Record a reservation on a locked allocation (its balances as read under the lock)."""
-    LedgerEntry.objects.create(
+    ledger_add(
         allocation=allocation,
         project_id=allocation.project_id,
         cluster_id=allocation.cluster_id,
@@ -418,7 +455,7 @@ def _release(*, reservation: LedgerEntry, note: str) -> None:
     """Give a reservation back; the allocation must be locked."""
     allocation_id = reservation.allocation_id
     assert allocation_id is not None, "a reservation always belongs to an allocation"
-    LedgerEntry.objects.create(
+    ledger_add(
         allocation_id=reservation.allocation_id,
         project_id=reservation.project_id,
         cluster_id=reservation.cluster_id,
@@ -485,7 +522,7 @@ def quota_charge(*, job: Job, gpu_seconds: int, now: datetime, note: str) -> boo
                 _release(reservation=entry, note="replaced by the charge")
                 if entry.allocation_id == target_id:
                     released_on_target += entry.gpu_seconds
-            LedgerEntry.objects.create(
+            ledger_add(
                 allocation_id=target_id,
                 project_id=job.project_id,
                 cluster_id=job.cluster_id,
@@ -544,7 +581,7 @@ def quota_carry_over(*, now: datetime) -> int:
                 if entry.kind != LedgerKind.RESERVE or entry.job_id in released or entry.job_id is None:
                     continue
                 _release(reservation=entry, note=f"carried into the period from {successor.starts_on}")
-                LedgerEntry.objects.create(
+                ledger_add(
                     allocation=successor,
                     project_id=successor.project_id,
                     cluster_id=successor.cluster_id,

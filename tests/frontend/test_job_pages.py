@@ -258,23 +258,43 @@ def test_viewers_cannot_submit_even_by_posting(shop: Shop) -> None:
 # The list -----------------------------------------------------------------------------------------------
 
 
-def test_the_list_pages_by_25_and_keeps_the_filters_in_the_links(shop: Shop) -> None:
+def test_the_list_pages_by_25_by_cursor_and_keeps_the_filters_in_the_links(shop: Shop) -> None:
     for number in range(27):
         shop.submit(name=f"sweep-{number:02d}")
     client = shop.client("viewer")
     first = client.get("/jobs/").content.decode()
     assert first.count("<tr data-job-id=") == 25
-    assert "Page 1 of 2 · 27 jobs" in first
-    assert 'href="?page=2" rel="next">Older →</a>' in first
+    assert '<span class="current">27 jobs</span>' in first
+    assert 'rel="prev"' not in first
     assert first.index("sweep-26") < first.index("sweep-02")
-    second = client.get("/jobs/?page=2").content.decode()
+    older = re.search(r'<a href="\?cursor=([\w-]+)" rel="next">Older →</a>', first)
+    assert older is not None
+    second = client.get(f"/jobs/?cursor={older.group(1)}").content.decode()
     assert second.count("<tr data-job-id=") == 2
     assert "sweep-00" in second
     assert "sweep-01" in second
+    assert 'rel="next"' not in second
+    newer = re.search(r'<a href="\?cursor=([\w-]+)" rel="prev">← Newer</a>', second)
+    assert newer is not None
+    back = client.get(f"/jobs/?cursor={newer.group(1)}").content.decode()
+    assert back.count("<tr data-job-id=") == 25
+    assert back.index("sweep-26") < back.index("sweep-02")
+    assert 'rel="prev"' not in back  # the newest page again: no newer one
+    assert client.get("/jobs/?cursor=not-a-cursor").content.decode().count("<tr data-job-id=") == 25
 
     filtered = client.get("/jobs/?search=sweep-1&project=acme/vision").content.decode()
     assert filtered.count("<tr data-job-id=") == 10
     assert "Clear filters" in filtered
+
+
+def test_the_list_counts_up_to_a_limit_then_says_more_than(shop: Shop, monkeypatch: pytest.MonkeyPatch) -> None:
+    for number in range(4):
+        shop.submit(name=f"sweep-{number:02d}")
+    client = shop.client("viewer")
+    monkeypatch.setattr("frontend.job_views.JOBS_PER_PAGE", 2)
+    assert '<span class="current">4 jobs</span>' in client.get("/jobs/").content.decode()
+    monkeypatch.setattr("portal.keyset.COUNT_LIMIT", 3)
+    assert '<span class="current">more than 3 jobs</span>' in client.get("/jobs/").content.decode()
 
 
 def test_the_list_filters_by_state_and_cluster(shop: Shop) -> None:

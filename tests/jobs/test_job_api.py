@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from clusters.models import Cluster, ClusterAccount
@@ -24,6 +26,7 @@ from tests.factories import (
     make_user,
 )
 from tests.jobs.conftest import local_cluster
+from tests.portal.openapi import assert_matches_schema
 
 pytestmark = pytest.mark.django_db
 
@@ -462,3 +465,35 @@ def test_a_saved_template_can_be_submitted(project: Project, cluster: Cluster) -
     assert response.status_code == 202, response.json()
     body = response.json()
     assert (body["partition"], body["gpu_type"], body["gpus"], body["time_limit_minutes"]) == ("a100", "a100", 2, 30)
+
+
+def test_the_job_list_pages_by_cursor_through_equal_times_and_counts_up_to_a_limit(
+    project: Project, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    member = _member(project, cluster)
+    jobs = _jobs(project, member, 5)
+    same_moment = timezone.now() - timedelta(hours=1)
+    Job.objects.filter(pk__in=[job.pk for job in jobs[1:4]]).update(created_at=same_moment)  # ties, broken by id
+    expected = [str(job.pk) for job in Job.objects.order_by("-created_at", "-id")]
+    api = _api(member)
+
+    response = api.get("/api/v1/jobs/", {"page_size": 2})
+    assert_matches_schema(response, method="GET", path_template="/api/v1/jobs/")
+    first = response.json()
+    assert (first["count"], first["count_exact"], first["previous"]) == (5, True, None)
+    second = api.get(first["next"]).json()
+    third = api.get(second["next"]).json()
+    assert third["next"] is None
+    listed = [row["id"] for page in (first, second, third) for row in page["results"]]
+    assert listed == expected
+    back = api.get(third["previous"]).json()
+    assert [row["id"] for row in back["results"]] == expected[2:4]
+
+    monkeypatch.setattr("portal.keyset.COUNT_LIMIT", 3)
+    bounded = api.get("/api/v1/jobs/", {"page_size": 2}).json()
+    assert (bounded["count"], bounded["count_exact"]) == (3, False)
+
+    refused = api.get("/api/v1/jobs/", {"page": 2})
+    assert refused.status_code == 400
+    assert "page" in refused.json()["fields"]
+    assert api.get("/api/v1/jobs/", {"cursor": "x"}).status_code == 400
