@@ -21,7 +21,8 @@ from django.utils import timezone
 
 from clusters.models import Cluster, Partition
 from clusters.selectors import SubmissionTarget, cluster_list_active, submission_target_get
-from jobs.models import Job, JobState, JobTemplate, JobTransition
+from jobs.arrays import ArrayExpressionError, ArraySpec, array_parse
+from jobs.models import Job, JobArrayTask, JobState, JobTemplate, JobTransition
 from jobs.paths import JobPaths, job_paths
 from jobs.reasons import pending_reason_text
 from jobs.sync_schedule import delivery_wake_needed
@@ -136,6 +137,7 @@ class JobRequest:
     cpus: int | None = None
     memory_gb: int | None = None
     template: str | None = None
+    array: str | None = None  # a job array's indexes ("0-99%10"); None or "": a plain job
     idempotency_key: str = ""
 
 
@@ -182,7 +184,11 @@ def job_submit_accepted(
     cluster = target.cluster
     job_id = uuid.uuid4()
     paths = job_paths(
-        log_root=cluster.log_root, tenant_slug=project.tenant.slug, project_slug=project.slug, job_id=job_id
+        log_root=cluster.log_root,
+        tenant_slug=project.tenant.slug,
+        project_slug=project.slug,
+        job_id=job_id,
+        is_array=values["array_spec"] is not None,
     )
     now = timezone.now()
     try:
@@ -240,6 +246,7 @@ def _job_create(
     now: datetime,
     idempotency_key: str,
 ) -> Accepted:
+    spec: ArraySpec | None = values["array_spec"]
     job = Job(
         id=job_id,
         project=project,
@@ -256,6 +263,10 @@ def _job_create(
         script=values["script"],
         environment=dict(values["environment"]),
         template_id=values["template"] or "",
+        array=spec.expression if spec else "",
+        array_task_count=spec.task_count if spec else 0,
+        array_max_running=spec.max_running if spec else None,
+        array_progress={"pending": spec.task_count} if spec else {},
         idempotency_key=idempotency_key,
         request_id=current_request_id(),
         working_directory=paths.working_directory,
@@ -267,6 +278,11 @@ def _job_create(
         next_attempt_at=now,
     )
     job.save(force_insert=True)
+    if spec is not None:
+        JobArrayTask.objects.bulk_create(
+            [JobArrayTask(job=job, index=index, updated_at=now) for index in spec.indexes], batch_size=1000
+        )
+        job.array_indexes = list(spec.indexes)  # type: ignore[attr-defined]  # the reservation's tasks, unread
     accepted = JobTransition.objects.create(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted")
     audit_record(
         actor=user,
@@ -274,7 +290,13 @@ def _job_create(
         target=job,
         tenant=project.tenant,
         before=None,
-        after={"cluster": cluster.name, "partition": job.partition, "gpus": job.gpus, "gpu_type": job.gpu_type},
+        after={
+            "cluster": cluster.name,
+            "partition": job.partition,
+            "gpus": job.gpus,
+            "gpu_type": job.gpu_type,
+            **({"array": job.array} if job.array else {}),
+        },
     )
     # Last, so that the allocation's row lock is held only until the commit that follows. Refused for want of
     # GPU-hours, this raises and the transaction stores nothing.
@@ -310,6 +332,7 @@ def _with_template_defaults(*, project: Project, request: JobRequest) -> dict[st
         "cpus": request.cpus,
         "memory_gb": request.memory_gb,
         "template": request.template,
+        "array": request.array,
     }
     if not request.template:
         return given
@@ -325,6 +348,8 @@ def _with_template_defaults(*, project: Project, request: JobRequest) -> dict[st
     for key in ("partition", "gpus", "gpu_type", "time_limit_minutes", "script", "cpus", "memory_gb"):
         if given[key] is None:
             given[key] = getattr(template, key) or None
+    if given["array"] is None:
+        given["array"] = getattr(template, "array", "") or None
     if given["name"] is None:
         given["name"] = template.name
     if given["environment"] is None:
@@ -353,6 +378,7 @@ def _validated(*, target: SubmissionTarget | None, values: dict[str, Any]) -> di
     _validate_name(values, problem)
     _validate_script(values, problem)
     _validate_environment(values, problem)
+    _validate_array(values, problem)
     return problems
 
 
@@ -387,6 +413,7 @@ class JobShape:
     expected_gpu_type: str | None  # see `expected_gpu_type`
     gpus: int
     time_limit_minutes: int
+    array_task_count: int = 0  # 0: a plain job
 
 
 def job_shape_resolve(*, project: Project, request: JobRequest) -> JobShape:
@@ -403,6 +430,7 @@ def job_shape_resolve(*, project: Project, request: JobRequest) -> JobShape:
     if target is None:
         _no_such_cluster(values, problem)
     partition = _validate_shape(values, target, problem) if target is not None else None
+    _validate_array(values, problem)
     if problems:
         raise ValidationError(problems)
     assert target is not None
@@ -414,6 +442,7 @@ def job_shape_resolve(*, project: Project, request: JobRequest) -> JobShape:
         expected_gpu_type=values["quota_gpu_type"],
         gpus=values["gpus"],
         time_limit_minutes=values["time_limit_minutes"],
+        array_task_count=values["array_spec"].task_count if values["array_spec"] else 0,
     )
 
 
@@ -503,6 +532,18 @@ def _validate_resources(values: dict[str, Any], partition: Partition | None, pro
         )
 
 
+def _validate_array(values: dict[str, Any], problem: Any) -> None:
+    """Read the array expression into `array_spec` (None: a plain job)."""
+    values["array_spec"] = None
+    expression = values.get("array")
+    if not expression:
+        return
+    try:
+        values["array_spec"] = array_parse(expression)
+    except ArrayExpressionError as exc:
+        problem("array", str(exc))
+
+
 def _validate_name(values: dict[str, Any], problem: Any) -> None:
     name = values["name"]
     if name is None or not name.strip():
@@ -586,6 +627,10 @@ def job_cancel(*, user: User, job: Job) -> Job:
             quota_release(job=locked, note=detail)
             locked.ended_at = now
             fields += ["state", "ended_at"]
+            if locked.is_array:  # its tasks never reached Slurm either
+                JobArrayTask.objects.filter(job=locked).update(state=JobState.CANCELLED, ended_at=now, updated_at=now)
+                locked.array_progress = {"cancelled": locked.array_task_count}
+                fields.append("array_progress")
         else:
             task_enqueue_on_commit("jobs.tasks.job_cancel", str(locked.id), fallback="the job sync cancels it")
         locked.save(update_fields=fields)
@@ -621,6 +666,7 @@ def job_template_resolve(*, project: Project, template_id: str) -> Any:
 
 
 TEMPLATE_FIELDS = (
+    "array",
     "name",
     "description",
     "script",

@@ -119,6 +119,8 @@ class JobSubmission:
     memory_mb: int | None = None
     nodes: int = 1
     hold: bool = False
+    # A job array's index expression as `sbatch --array` takes it ("0-99%10", "1,5,9"); "" for a plain job.
+    array: str = ""
 
     @property
     def gpu_spec(self) -> str:
@@ -158,6 +160,13 @@ class SlurmJob:
     # How often Slurm put the job back in the queue (restart_cnt): after a node failure, a preemption or
     # `scontrol requeue`. The run now pending or running is attempt `restart_count + 1`.
     restart_count: int = 0
+    # Job arrays: every record of one array shares `array_job_id` (the id the submission returned). A task that
+    # Slurm has started (or finished) is a record of its own with its `array_task_id`; the tasks still waiting
+    # share one record whose `array_task_id` is None and whose `array_task_string` names them ("2-19%4").
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_task_string: str = ""
+    array_max_tasks: int | None = None  # the `%N` cap; None without one
 
 
 @dataclass(frozen=True)
@@ -189,6 +198,8 @@ class AccountingRecord:
     exit_code: int | None
     nodes: str = ""  # where it ran ("" until it has nodes)
     time_limit_minutes: int | None = None
+    array_job_id: int | None = None  # the array this record is a task of (each task has its own record)
+    array_task_id: int | None = None
 
     @property
     def gpu_seconds(self) -> int:

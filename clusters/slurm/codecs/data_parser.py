@@ -8,10 +8,12 @@ from typing import Any
 from clusters.slurm.codecs.base import (
     Codec,
     Json,
+    accounting_array_fields,
     accounting_nodes,
     expand_hostlist,
     gpus_in,
     gpus_in_tres_list,
+    job_array_fields,
     messages_from,
     plain_number,
     shell_exit_code,
@@ -91,6 +93,8 @@ class DataParserCodec(Codec):
             "nodes": str(submission.nodes),
             "hold": submission.hold,
         }
+        if submission.array:
+            job["array"] = submission.array
         if submission.gpus:
             # These versions have no `gpus`/`gres` job fields: slurmrestd would drop them with a mere
             # warning. `tres_per_job` is what `sbatch --gpus` sends.
@@ -149,6 +153,7 @@ class DataParserCodec(Codec):
             standard_output=standard_output,
             standard_error=standard_error,
             restart_count=plain_number(raw.get("restart_cnt")) or 0,
+            **job_array_fields(raw),
         )
 
     def _job_gpus(self, raw: Json) -> tuple[int, str | None]:
@@ -233,6 +238,7 @@ class DataParserCodec(Codec):
             exit_code=shell_exit_code(raw.get("exit_code")) if state.is_finished else None,
             nodes=accounting_nodes(raw.get("nodes")),
             time_limit_minutes=plain_number(time.get("limit")),
+            **accounting_array_fields(raw),
         )
 
     # Cluster ----------------------------------------------------------------------------------------

@@ -9,10 +9,12 @@ from typing import Any
 from clusters.slurm.codecs.base import (
     Codec,
     Json,
+    accounting_array_fields,
     accounting_nodes,
     expand_hostlist,
     gpus_in,
     gpus_in_tres_list,
+    job_array_fields,
     messages_from,
     plain_number,
     shell_exit_code,
@@ -100,6 +102,8 @@ class V0038Codec(Codec):
             job["memory_per_node"] = submission.memory_mb
         if submission.hold:
             job["hold"] = True
+        if submission.array:
+            job["array"] = submission.array
         return {"script": submission.script, "job": job}
 
     def decode_submit(self, body: Json) -> SubmitResult:
@@ -142,6 +146,7 @@ class V0038Codec(Codec):
             standard_output=raw.get("standard_output") or "",
             standard_error=raw.get("standard_error") or "",
             restart_count=plain_number(raw.get("restart_cnt")) or 0,
+            **job_array_fields(raw),
         )
 
     def decode_accounting_jobs(self, body: Json) -> list[AccountingRecord]:
@@ -171,6 +176,7 @@ class V0038Codec(Codec):
             exit_code=_accounting_exit_code(raw.get("exit_code"), job_state),
             nodes=accounting_nodes(raw.get("nodes")),
             time_limit_minutes=plain_number(time.get("limit")),
+            **accounting_array_fields(raw),
         )
 
     # Cluster -----------------------------------------------------------------------------------
