@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from django.db import transaction
@@ -22,7 +21,7 @@ from clusters.clients import slurm_client_for
 from clusters.models import Cluster
 from clusters.slurm import SlurmTerminalError
 from clusters.slurm.types import AccountingRecord, SlurmJob
-from jobs.arrays import ArrayExpressionError, array_parse
+from jobs.arrays import ArrayExpressionError, array_parse, array_progress
 from jobs.job_services import job_transition, jobs_push
 from jobs.models import FINAL_JOB_STATES, Job, JobArrayTask, JobState, JobTransition
 
@@ -57,27 +56,8 @@ _ARRAY_FIELDS = [
     "submit_lease_until",
     "updated_at",
 ]
-# How an array's progress is counted: every task state falls in one of these.
-PROGRESS_OF_STATE = {
-    JobState.QUEUED: "pending",
-    JobState.PENDING: "pending",
-    JobState.RUNNING: "running",
-    JobState.COMPLETED: "completed",
-    JobState.FAILED: "failed",
-    JobState.TIMEOUT: "failed",
-    JobState.NODE_FAIL: "failed",
-    JobState.CANCELLED: "cancelled",
-    JobState.REJECTED: "cancelled",
-}
-PROGRESS_KEYS = ("pending", "running", "completed", "failed", "cancelled")
 # Tasks of a waiting record can be named with Slurm's largest index; the portal's own limit checked the submission.
 _ANY_INDEX = 2**31
-
-
-def array_progress(states: Iterable[str]) -> dict[str, int]:
-    """`{pending, running, completed, failed, cancelled}` counts of these task states."""
-    counts = Counter(PROGRESS_OF_STATE[JobState(state)] for state in states)
-    return {key: counts.get(key, 0) for key in PROGRESS_KEYS}
 
 
 def waiting_indexes(task_string: str) -> tuple[int, ...]:

@@ -4,9 +4,13 @@ reads it, checked with words a user can act on, and the per-task output paths Sl
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.conf import settings
+
+from jobs.models import JobState
 
 # `sbatch --array` items: N, N-M, N-M:STEP; the whole expression may end in %LIMIT (the most tasks running at once).
 _ITEM = re.compile(r"^(?P<first>\d{1,7})(?:-(?P<last>\d{1,7})(?::(?P<step>\d{1,7}))?)?$")
@@ -77,3 +81,24 @@ def array_output_path(pattern: str, *, array_job_id: int | None, task_index: int
     """The path of one task's output: `%A` (the array's Slurm job id) and `%a` (the task index) filled in."""
     path = pattern.replace("%a", str(task_index))
     return path.replace("%A", str(array_job_id)) if array_job_id is not None else path
+
+
+# How an array's progress is counted: every task state falls in one of these.
+PROGRESS_OF_STATE = {
+    JobState.QUEUED: "pending",
+    JobState.PENDING: "pending",
+    JobState.RUNNING: "running",
+    JobState.COMPLETED: "completed",
+    JobState.FAILED: "failed",
+    JobState.TIMEOUT: "failed",
+    JobState.NODE_FAIL: "failed",
+    JobState.CANCELLED: "cancelled",
+    JobState.REJECTED: "cancelled",
+}
+PROGRESS_KEYS = ("pending", "running", "completed", "failed", "cancelled")
+
+
+def array_progress(states: Iterable[str]) -> dict[str, int]:
+    """`{pending, running, completed, failed, cancelled}` counts of these task states."""
+    counts = Counter(PROGRESS_OF_STATE[JobState(state)] for state in states)
+    return {key: counts.get(key, 0) for key in PROGRESS_KEYS}

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
+from django.http import Http404
 from django.utils import timezone
 
 from clusters.models import Cluster, Partition
@@ -644,6 +645,42 @@ def job_cancel(*, user: User, job: Job) -> Job:
         )
         transaction.on_commit(lambda: jobs_push([locked.id]))
     return locked
+
+
+def job_array_task_cancel(*, user: User, job: Job, index: int) -> JobArrayTask:
+    """Cancel one task of an array in Slurm (a worker does it); the array's other tasks go on. The caller has
+    checked that `user` may cancel the job. A second request changes nothing."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
+        if not locked.is_array:
+            raise Conflict("This job is not an array; cancel it with POST /api/v1/jobs/{id}/cancel/.")
+        task = JobArrayTask.objects.select_for_update().filter(job=locked, index=index).first()
+        if task is None:
+            raise Http404(f"The array has no task {index}; its tasks are {locked.array}.")
+        if task.is_final or locked.is_final:
+            raise Conflict(f"Task {index} has already ended ({task.get_state_display().lower()}); nothing to cancel.")
+        if locked.slurm_job_id is None:
+            raise Conflict(
+                "The array has not reached Slurm yet, so its tasks cannot be cancelled one by one; cancel the whole "
+                "array, or wait until it is pending in Slurm."
+            )
+        if task.cancel_requested_at is not None:
+            return task
+        task.cancel_requested_at = now
+        task.save(update_fields=["cancel_requested_at"])
+        task_enqueue_on_commit(
+            "jobs.tasks.job_array_task_cancel", str(locked.pk), index, fallback="cancel it again in a minute"
+        )
+        audit_record(
+            actor=user,
+            action="job.cancel_task",
+            target=locked,
+            tenant=locked.project.tenant,
+            before={"task": index, "state": task.state},
+            after={"task": index, "cancel_requested": True},
+        )
+    return task
 
 
 def cancelled_before_slurm(username: str) -> str:

@@ -17,7 +17,7 @@ from clusters.selectors import (
     submission_target_from,
     submission_target_parameters,
 )
-from jobs.models import ACTIVE_JOB_STATES, Job, JobTemplate, JobTransition
+from jobs.models import ACTIVE_JOB_STATES, Job, JobArrayTask, JobTemplate, JobTransition
 from tenants.models import SUBMITTING_PROJECT_ROLES, Project, ProjectMembership, Tenant
 from tenants.selectors import (
     AnyUser,
@@ -86,6 +86,12 @@ def job_get_for_user(*, user: AnyUser, job_id: uuid.UUID | str, action: JobActio
                     "may cancel this job."
                 ) from None
     return job
+
+
+def job_array_task_list(*, job: Job, states: Collection[str] = ()) -> QuerySet[JobArrayTask]:
+    """A job array's tasks by index (the caller has checked access to the job): one query per page."""
+    tasks = JobArrayTask.objects.filter(job=job).order_by("index")
+    return tasks.filter(state__in=list(states)) if states else tasks
 
 
 # Submissions ---------------------------------------------------------------------------------------------
