@@ -117,6 +117,7 @@ def _tasks_apply(*, tasks: list[JobArrayTask], records: Sequence[SlurmRecord], n
 
     by_index = {task.index: task for task in tasks}
     changed: dict[int, JobArrayTask] = {}
+    named: set[int] = set()
     # The waiting record first: a task's own record, when Slurm lists both in one listing, is the newer word.
     ordered = sorted(records, key=lambda record: record.array_task_id is not None)
     for record in ordered:
@@ -128,6 +129,7 @@ def _tasks_apply(*, tasks: list[JobArrayTask], records: Sequence[SlurmRecord], n
         else:
             indexes = (record.array_task_id,)
         reason = getattr(record, "state_reason", "")
+        named.update(indexes)
         for index in indexes:
             task = by_index.get(index)
             if task is None or task.is_final:
@@ -151,6 +153,13 @@ def _tasks_apply(*, tasks: list[JobArrayTask], records: Sequence[SlurmRecord], n
             if [getattr(task, field) for field in _TASK_FIELDS[:-1]] != before[:-1]:
                 task.updated_at = now
                 changed[index] = task
+    if any(isinstance(record, SlurmJob) for record in records):
+        # Slurm takes a waiting task that was cancelled on its own out of the waiting record and lists it no more.
+        for task in tasks:
+            if task.index not in named and not task.is_final and task.cancel_requested_at is not None:
+                task.state, task.slurm_state, task.state_reason = JobState.CANCELLED, "CANCELLED", ""
+                task.ended_at = task.updated_at = now
+                changed[task.index] = task
     return list(changed.values())
 
 

@@ -127,7 +127,7 @@ def test_an_array_of_20_tasks_capped_at_4_runs_at_most_4_at_once_is_charged_per_
     # Each task's log: the download and the WebSocket.
     download = contract_project.api.get(f"/api/v1/jobs/{job.pk}/log/?task=7")
     assert download.status_code == 200
-    assert b"".join(download.streaming_content) == b"task 7 of 20\n"  # type: ignore[attr-defined]
+    assert download.content == b"task 7 of 20\n"
     cookie = session_cookie(contract_project.member)
     messages = async_to_sync(_task_log_over_websocket)(job, cookie, "task=13")
     assert messages == [
