@@ -127,6 +127,7 @@ def main() -> None:
 
         # The sync: all tasks waiting (queued -> pending), then all cancelled.
         hold_in_slurm(world, job)
+        job.refresh_from_db()
         result, seconds, queries = sync(cluster)
         pending = JobArrayTask.objects.filter(job=job, state=JobState.PENDING).count()
         lines.append(
