@@ -83,6 +83,8 @@ def job_event(job: Job) -> dict[str, Any]:
         "started_at": _iso(job.started_at),
         "ended_at": _iso(job.ended_at),
         "updated_at": _iso(job.updated_at),
+        # A job array's tasks by state ({pending, running, completed, failed, cancelled}); null for a plain job.
+        "array_progress": job.array_progress if job.is_array else None,
     }
 
 
