@@ -728,9 +728,11 @@ def job_template_save(
         "name": values.get("name", template.name if template else None),
         "script": values.get("script", template.script if template else None),
         "environment": values.get("environment", template.environment if template else None),
+        "array": values.get("array", template.array if template else None),
     }
     _validate_script(probe, lambda field, message: problems.setdefault(field, []).append(message))
     _validate_environment(probe, lambda field, message: problems.setdefault(field, []).append(message))
+    _validate_array(probe, lambda field, message: problems.setdefault(field, []).append(message))
     name = (probe["name"] or "").strip()
     if not name:
         problems.setdefault("name", []).append("Give the template a name.")

@@ -269,3 +269,19 @@ def test_array_expressions_are_read_as_sbatch_reads_them(expression: str, indexe
 def test_an_index_at_the_cluster_limit_is_refused() -> None:
     with pytest.raises(ArrayExpressionError, match="below 10 "):
         array_parse("0-10", max_array_size=10)
+
+
+@pytest.mark.cluster
+def test_a_saved_template_carries_an_array_and_a_bad_one_is_refused(
+    live_project: LiveProject, sent_tasks: list[Any]
+) -> None:
+    body = {"project": live_project.label, "name": "sweep", "script": "#!/bin/bash\necho $SLURM_ARRAY_TASK_ID\n"}
+    refused = live_project.api.post("/api/v1/job-templates/", {**body, "array": "x"}, format="json")
+    assert refused.status_code == 400
+    assert list(refused.json()["fields"]) == ["array"]
+    saved = live_project.api.post("/api/v1/job-templates/", {**body, "array": "0-4%2"}, format="json")
+    assert (saved.status_code, saved.json()["array"]) == (201, "0-4%2")
+
+    reply = live_project.submit(template=saved.json()["id"])
+    assert (reply["array"], reply["array_tasks"], reply["array_max_running"]) == ("0-4%2", 5, 2)
+    assert JobArrayTask.objects.filter(job_id=str(reply["id"])).count() == 5
