@@ -78,9 +78,17 @@ def array_records_of(job: Job, copies: Sequence[SlurmJob]) -> tuple[list[SlurmJo
     return own, [copy for copy in copies if (copy.array_job_id or copy.job_id) != own_id]
 
 
-def arrays_apply_slurm_state(*, cluster: Cluster, updates: Mapping[uuid.UUID, Sequence[SlurmRecord]]) -> int:
+def arrays_apply_slurm_state(
+    *,
+    cluster: Cluster,
+    updates: Mapping[uuid.UUID, Sequence[SlurmRecord]],
+    forgotten: set[uuid.UUID] | None = None,
+) -> int:
     """Bring these arrays' tasks, and the arrays, in line with Slurm's records of them; returns how many arrays
-    changed. One query reads all their tasks and one statement writes the changed ones. Pushes the changes."""
+    changed. One query reads all their tasks and one statement writes the changed ones. Pushes the changes.
+
+    `forgotten` collects the arrays with a running task that no record names: slurmctld forgot it after it
+    ended (MinJobAge) before a sync saw the end, so its end is in accounting."""
     if not updates:
         return 0
     now = timezone.now()
@@ -96,7 +104,12 @@ def arrays_apply_slurm_state(*, cluster: Cluster, updates: Mapping[uuid.UUID, Se
             tasks_of[task.job_id].append(task)
         for job in jobs:
             tasks = tasks_of[job.pk]
-            changed_tasks += _tasks_apply(tasks=tasks, records=updates[job.pk], now=now)
+            changed, named = _tasks_apply(tasks=tasks, records=updates[job.pk], now=now)
+            changed_tasks += changed
+            if forgotten is not None and any(
+                task.state == JobState.RUNNING and task.index not in named for task in tasks
+            ):
+                forgotten.add(job.pk)
             new_transitions = _array_apply(job=job, tasks=tasks, records=updates[job.pk], now=now)
             if new_transitions is not None:
                 changed_jobs.append(job)
@@ -111,8 +124,10 @@ def arrays_apply_slurm_state(*, cluster: Cluster, updates: Mapping[uuid.UUID, Se
     return len(changed_jobs)
 
 
-def _tasks_apply(*, tasks: list[JobArrayTask], records: Sequence[SlurmRecord], now: datetime) -> list[JobArrayTask]:
-    """Set each task's fields from its record; the tasks that changed."""
+def _tasks_apply(
+    *, tasks: list[JobArrayTask], records: Sequence[SlurmRecord], now: datetime
+) -> tuple[list[JobArrayTask], set[int]]:
+    """Set each task's fields from its record; the tasks that changed, and the indexes the records name."""
     from jobs.job_sync import SLURM_TO_PORTAL_STATE
 
     by_index = {task.index: task for task in tasks}
@@ -160,7 +175,7 @@ def _tasks_apply(*, tasks: list[JobArrayTask], records: Sequence[SlurmRecord], n
                 task.state, task.slurm_state, task.state_reason = JobState.CANCELLED, "CANCELLED", ""
                 task.ended_at = task.updated_at = now
                 changed[task.index] = task
-    return list(changed.values())
+    return list(changed.values()), named
 
 
 def _array_apply(

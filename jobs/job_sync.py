@@ -780,7 +780,8 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
     causes = requeue_causes_find(client=client, requeued=requeued)
     result.requests += len(requeued)
     result.changed = jobs_apply_slurm_state(cluster=cluster, updates=updates, requeue_causes=causes)
-    result.changed += arrays_apply_slurm_state(cluster=cluster, updates=array_updates)
+    forgotten: set[uuid.UUID] = set()
+    result.changed += arrays_apply_slurm_state(cluster=cluster, updates=array_updates, forgotten=forgotten)
 
     # Jobs the portal believes active but slurmctld no longer lists: their end is in accounting.
     listed_ids = {slurm_job.job_id for slurm_job in listing.jobs}
@@ -788,7 +789,12 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
     vanished = Job.objects.filter(cluster=cluster, state__in=[JobState.PENDING, JobState.RUNNING]).exclude(
         slurm_job_id__in=listed_ids
     )
-    vanished_arrays = list(vanished.exclude(array="").select_related("project")[:100])
+    vanished_arrays = list(
+        Job.objects.filter(cluster=cluster, state__in=[JobState.PENDING, JobState.RUNNING])
+        .exclude(array="")
+        .filter(Q(pk__in=forgotten) | ~Q(slurm_job_id__in=listed_ids))
+        .select_related("project")[:100]
+    )
     vanished = vanished.filter(array="")
     if vanished_arrays:
         result.requests += 1
