@@ -22,7 +22,7 @@ from jobs.arrays import ArrayExpressionError, array_parse
 from jobs.models import Job, JobArrayTask, JobState
 from jobs.quota_usage import quota_usage_collect
 from quotas.models import Allocation, LedgerEntry, LedgerKind
-from tests.factories import make_job
+from tests.factories import make_job, make_matrix_cluster, unique_slug
 from tests.jobs.conftest import LiveProject
 from tests.jobs.test_log_socket import SAME_ORIGIN, jobs_application, session_cookie
 from tests.live_clusters import LiveCluster
@@ -227,7 +227,9 @@ def test_an_array_that_cannot_fit_is_refused_saying_how_many_tasks_would(
 
 
 def _array_of(tasks: int) -> Job:
-    job = make_job(array=f"0-{tasks - 1}", array_task_count=tasks, state=JobState.RUNNING)
+    """An array's row and its tasks in a project of its own, on a cluster of its own (as synced, no Slurm)."""
+    cluster = make_matrix_cluster(unique_slug("arrays"))
+    job = make_job(cluster, array=f"0-{tasks - 1}", array_task_count=tasks, state=JobState.RUNNING)
     JobArrayTask.objects.bulk_create(JobArrayTask(job=job, index=index) for index in range(tasks))
     return job
 
@@ -249,7 +251,7 @@ def test_the_tasks_api_reads_a_constant_number_of_queries_whatever_the_number_of
 
 def test_the_tasks_of_another_tenants_array_are_not_found() -> None:
     job = _array_of(2)
-    outsider = make_job().user
+    outsider = make_job(make_matrix_cluster(unique_slug("other"))).user
     api = APIClient()
     api.force_authenticate(outsider)
     assert api.get(f"/api/v1/jobs/{job.pk}/tasks/").status_code == 404
