@@ -7,10 +7,11 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
 
-from jobs.models import JobState
+from jobs.models import Job, JobArrayTask, JobState
 
 # `sbatch --array` items: N, N-M, N-M:STEP; the whole expression may end in %LIMIT (the most tasks running at once).
 _ITEM = re.compile(r"^(?P<first>\d{1,7})(?:-(?P<last>\d{1,7})(?::(?P<step>\d{1,7}))?)?$")
@@ -102,3 +103,12 @@ def array_progress(states: Iterable[str]) -> dict[str, int]:
     """`{pending, running, completed, failed, cancelled}` counts of these task states."""
     counts = Counter(PROGRESS_OF_STATE[JobState(state)] for state in states)
     return {key: counts.get(key, 0) for key in PROGRESS_KEYS}
+
+
+def array_tasks_end_before_slurm(*, job: Job, state: JobState, now: datetime) -> None:
+    """End every task of an array that never reached Slurm (cancelled in the portal, or rejected), and its progress
+    with them; the caller saves `array_progress` with the job. Nothing for a plain job."""
+    if not job.is_array:
+        return
+    JobArrayTask.objects.filter(job=job).update(state=state, ended_at=now, updated_at=now)
+    job.array_progress = array_progress([state] * job.array_task_count)

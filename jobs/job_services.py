@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from clusters.models import Cluster, Partition
 from clusters.selectors import SubmissionTarget, cluster_list_active, submission_target_get
-from jobs.arrays import ArrayExpressionError, ArraySpec, array_parse
+from jobs.arrays import ArrayExpressionError, ArraySpec, array_parse, array_tasks_end_before_slurm
 from jobs.models import Job, JobArrayTask, JobState, JobTemplate, JobTransition
 from jobs.paths import JobPaths, job_paths
 from jobs.reasons import pending_reason_text
@@ -630,10 +630,8 @@ def job_cancel(*, user: User, job: Job) -> Job:
             quota_release(job=locked, note=detail)
             locked.ended_at = now
             fields += ["state", "ended_at"]
-            if locked.is_array:  # its tasks never reached Slurm either
-                JobArrayTask.objects.filter(job=locked).update(state=JobState.CANCELLED, ended_at=now, updated_at=now)
-                locked.array_progress = {"cancelled": locked.array_task_count}
-                fields.append("array_progress")
+            array_tasks_end_before_slurm(job=locked, state=JobState.CANCELLED, now=now)
+            fields.append("array_progress")
         else:
             task_enqueue_on_commit("jobs.tasks.job_cancel", str(locked.id), fallback="the job sync cancels it")
         locked.save(update_fields=fields)

@@ -42,6 +42,7 @@ from clusters.slurm import SlurmClient, SlurmError, SlurmNotFound, SlurmRetryabl
 from clusters.slurm.types import AccountingRecord, JobSubmission, SlurmJob
 from clusters.slurm.types import JobState as SlurmState
 from jobs.array_sync import array_records_of, arrays_apply_slurm_state
+from jobs.arrays import array_tasks_end_before_slurm
 from jobs.database_restores import database_restore_check, job_lost_before_delivery
 from jobs.job_services import cancelled_before_slurm, job_log_fields, job_transition, jobs_push, jobs_push_loaded
 from jobs.models import Job, JobState, JobTransition, job_id_from_tag
@@ -93,6 +94,7 @@ _DELIVERY_FIELDS = [
     "ended_at",
     "next_attempt_at",
     "updated_at",
+    "array_progress",  # an array that never reached Slurm: its tasks end with it
 ]
 
 
@@ -623,6 +625,7 @@ def _cancel_unsubmitted(job: Job, *, now: datetime) -> JobTransition:
     """Cancel the job in memory (the caller saves it); its transition, to be saved with it."""
     requester = job.cancel_requested_by.username if job.cancel_requested_by else "a user"
     transition = job_transition(job=job, to_state=JobState.CANCELLED, detail=cancelled_before_slurm(requester), at=now)
+    array_tasks_end_before_slurm(job=job, state=JobState.CANCELLED, now=now)
     job.ended_at = now
     job.submit_lease_until = None
     job.updated_at = now
@@ -632,6 +635,7 @@ def _cancel_unsubmitted(job: Job, *, now: datetime) -> JobTransition:
 def _reject(job: Job, message: str, *, now: datetime) -> JobTransition:
     """Reject the job in memory (the caller saves it); its transition, to be saved with it."""
     transition = job_transition(job=job, to_state=JobState.REJECTED, detail=message[:500], at=now)
+    array_tasks_end_before_slurm(job=job, state=JobState.REJECTED, now=now)
     job.last_error = message
     job.ended_at = now
     job.submit_lease_until = None

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from jobs.models import Job, JobArrayTask, JobState
+from quotas.models import Allocation, LedgerEntry, LedgerKind
 from tests.frontend.test_job_pages import Shop, _field_error, _form, shop  # noqa: F401 -- `shop` is a fixture
 
 pytestmark = pytest.mark.django_db
@@ -55,3 +56,21 @@ def test_a_bad_array_is_shown_beside_the_field_and_nothing_is_stored(shop: Shop)
     html = shop.client("member").post("/jobs/new/", _form(array="9-1")).content.decode()
     assert _field_error(html, "array") == "The range &#x27;9-1&#x27; ends before it starts; write it as 1-9."
     assert Job.objects.count() == 0
+
+
+def test_an_array_cancelled_before_it_reached_slurm_ends_every_task_and_gives_every_reservation_back(
+    shop: Shop,  # noqa: F811
+) -> None:
+    client = shop.client("member")
+    client.post("/jobs/new/", _form(array="0-9", gpus="1", time_limit_minutes="6"))
+    job = Job.objects.get()
+    assert Allocation.objects.get(pk=shop.allocation.pk).reserved_gpu_seconds == 10 * 360
+
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 302
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+    assert job.array_progress == {"pending": 0, "running": 0, "completed": 0, "failed": 0, "cancelled": 10}
+    assert set(JobArrayTask.objects.filter(job=job).values_list("state", flat=True)) == {"cancelled"}
+    releases = LedgerEntry.objects.filter(job=job, kind=LedgerKind.RELEASE)
+    assert sorted(index or 0 for index in releases.values_list("array_task", flat=True)) == list(range(10))
+    assert Allocation.objects.get(pk=shop.allocation.pk).reserved_gpu_seconds == 0
