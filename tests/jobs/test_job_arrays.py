@@ -139,8 +139,9 @@ def test_an_array_of_20_tasks_capped_at_4_runs_at_most_4_at_once_is_charged_per_
 
 @pytest.mark.cluster
 def test_one_task_is_cancelled_and_the_others_go_on_then_the_whole_array(
-    live_project: LiveProject, celery_worker: str
+    live: LiveCluster, contract_project: LiveProject, celery_worker: str
 ) -> None:
+    live_project = contract_project
     reply = live_project.submit(array="0-3%1", script="#!/bin/bash\necho started\nsleep 60\n")
     live_project.wait_for(reply["id"], lambda job: job.array_progress.get("running") == 1)
 
