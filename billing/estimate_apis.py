@@ -59,6 +59,9 @@ class EstimateInput(BodyInput):
     template = serializers.CharField(
         required=False, help_text="A template id from GET /api/v1/job-templates/; given fields override it"
     )
+    array = serializers.CharField(
+        required=False, allow_blank=True, help_text="A job array's indexes, e.g. 0-99%10: every task is counted"
+    )
 
 
 class EstimateRateOutput(serializers.Serializer[Any]):
@@ -86,7 +89,11 @@ class EstimateOutput(serializers.Serializer[Any]):
     gpu_type = serializers.CharField(help_text="The type the GPUs will have; empty when any type may come")
     gpus = serializers.IntegerField()
     time_limit_minutes = serializers.IntegerField()
-    gpu_hours = gpu_hours_field("The most the job can use, and so what it reserves: GPUs x time limit")
+    array_tasks = serializers.IntegerField(help_text="A job array's number of tasks; 0 for a plain job")
+    array_tasks_that_fit = serializers.IntegerField(
+        allow_null=True, help_text="How many of the array's tasks the allocation has room for; null: no array"
+    )
+    gpu_hours = gpu_hours_field("The most the job can use, and so what it reserves: tasks x GPUs x time limit")
     rate = EstimateRateOutput(allow_null=True, help_text="The rate in force now; null: no price is set")
     max_cost = _amount_field("gpu_hours x the rate's price; null without a rate", allow_null=True)
     currency = serializers.CharField(allow_null=True)

@@ -27,8 +27,11 @@ from quotas.services import (
     allocation_for,
     allocation_requests_path,
     allocations_current,
+    array_tasks_that_fit,
     job_gpu_seconds_needed,
+    open_reservations_of,
     quota_refusal,
+    task_gpu_seconds_needed,
 )
 from quotas.units import gpu_seconds_to_hours
 from tenants.models import Project
@@ -53,6 +56,20 @@ class Estimate:
     # Before a submission: the refusal a submission of this shape would get now, in the submission's own words
     # (`quotas.services.quota_refusal`); empty when it would be accepted, or for a job already accepted.
     refusal: str = ""
+    array_task_count: int = 0
+    task_gpu_seconds: int = 0  # one task's share of `gpu_seconds`
+
+    @property
+    def array_tasks_that_fit(self) -> int | None:
+        if not self.array_task_count:
+            return None
+        if self.remaining_gpu_seconds is None:
+            return 0
+        return array_tasks_that_fit(
+            task_gpu_seconds=self.task_gpu_seconds,
+            task_count=self.array_task_count,
+            remaining_gpu_seconds=self.remaining_gpu_seconds,
+        )
 
     @property
     def remaining_after_gpu_seconds(self) -> int | None:
@@ -92,6 +109,14 @@ class Estimate:
         before = gpu_seconds_to_hours(self.remaining_gpu_seconds)
         if not self.fits:
             left = gpu_seconds_to_hours(max(self.remaining_gpu_seconds, 0))
+            if self.array_task_count:
+                fitting = self.array_tasks_that_fit
+                return (
+                    f"but only {left} GPU-hours are left until {until}, enough for {fitting} of its "
+                    f"{self.array_task_count} tasks, so it would be refused: ask for at most {fitting} "
+                    "tasks, fewer GPUs or a shorter time limit, or request more at "
+                    f"{allocation_requests_path(self.allocation)}"
+                )
             return (
                 f"but only {left} GPU-hours are left until {until}, "
                 "so it would be refused: ask for fewer GPUs or a shorter time limit, or request more at "
@@ -136,6 +161,8 @@ def _priced(
         allocation=allocation,
         remaining_gpu_seconds=remaining,
         refusal=refusal,
+        array_task_count=job.array_task_count,
+        task_gpu_seconds=task_gpu_seconds_needed(job),
     )
 
 
@@ -155,6 +182,7 @@ def estimate_for_request(*, project: Project, request: JobRequest, now: datetime
         gpu_type=shape.gpu_type,
         gpus=shape.gpus,
         time_limit_minutes=shape.time_limit_minutes,
+        array_task_count=shape.array_task_count,
     )
     candidates = allocations_current(project_id=project.pk, cluster_id=shape.cluster.pk, now=now)
     allocation = allocation_for(candidates=candidates, gpu_type=shape.expected_gpu_type)
@@ -181,14 +209,16 @@ def job_estimate(*, job: Job, now: datetime | None = None) -> Estimate:
         .select_related("allocation")
         .order_by("id")
     )
-    released = {entry.allocation_id for entry in entries if entry.kind == LedgerKind.RELEASE}
     reservations = [entry for entry in entries if entry.kind == LedgerKind.RESERVE]
     if not reservations:
         return _priced(job=job, gpu_type=gpu_type, allocation=None, remaining=None, now=now)
     reservation = reservations[-1]  # a job carried into the next period holds its reservation there
     allocation = reservation.allocation
     assert allocation is not None, "a reservation always belongs to an allocation"
-    held = 0 if reservation.allocation_id in released else reservation.gpu_seconds
+    # What the job still holds there (an array: the reservations of its tasks that have not ended).
+    held = sum(
+        entry.gpu_seconds for entry in open_reservations_of(entries) if entry.allocation_id == reservation.allocation_id
+    )
     return _priced(
         job=job, gpu_type=gpu_type, allocation=allocation, remaining=allocation.remaining_gpu_seconds + held, now=now
     )
@@ -205,6 +235,8 @@ def estimate_data(estimate: Estimate) -> dict[str, Any]:
         "gpu_type": estimate.gpu_type,
         "gpus": estimate.gpus,
         "time_limit_minutes": estimate.time_limit_minutes,
+        "array_tasks": estimate.array_task_count,
+        "array_tasks_that_fit": estimate.array_tasks_that_fit,
         "gpu_hours": gpu_seconds_to_hours(estimate.gpu_seconds),
         "rate": None
         if rate is None

@@ -96,7 +96,8 @@ def usage_import(*, now: datetime | None = None, batch_size: int = IMPORT_BATCH_
     with transaction.atomic():
         billing_lock()
         charges = list(
-            LedgerEntry.objects.filter(kind=LedgerKind.CHARGE, job__isnull=False)
+            # Array tasks are charged one by one in the ledger; their priced records are not built yet (README).
+            LedgerEntry.objects.filter(kind=LedgerKind.CHARGE, job__isnull=False, array_task__isnull=True)
             .exclude(Exists(UsageRecord.objects.filter(job_id=OuterRef("job_id"))))
             .filter(_priceable())
             .select_related("job__project")

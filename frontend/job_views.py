@@ -15,6 +15,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Page, Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
@@ -29,11 +30,12 @@ from clusters.selectors import cluster_list_active, cluster_list_for_user
 from jobs.end_watches import job_end_watch_set, job_end_watching
 from jobs.fitting import CoveredShape, covered_shape_choose, free_alternatives
 from jobs.job_services import JobRequest, job_cancel, job_submit, job_template_resolve
-from jobs.models import ACTIVE_JOB_STATES, Job, JobState
+from jobs.models import ACTIVE_JOB_STATES, Job, JobArrayTask, JobState
 from jobs.reasons import pending_reason_text
 from jobs.reruns import job_rerun
 from jobs.selectors import (
     JobAction,
+    job_array_task_list,
     job_get_for_user,
     job_is_gpu_idle,
     job_list_filtered_for_user,
@@ -78,6 +80,7 @@ class JobForm(forms.Form):
     name = forms.CharField(max_length=1000, required=False, strip=False)
     script = forms.CharField(max_length=10_000_000, required=False, strip=False)
     environment = forms.CharField(max_length=1_000_000, required=False, strip=False)
+    array = forms.CharField(max_length=1000, required=False)
 
     def clean_script(self) -> str:
         # Browsers send a textarea's line breaks as CRLF; "#!/bin/bash\r" would be a bad interpreter in Slurm.
@@ -111,12 +114,23 @@ class JobForm(forms.Form):
             script=data["script"] or None,
             environment=data["environment"],
             template=data["template"] or None,
+            array=data["array"] or None,
         )
 
     def rerun_overrides(self) -> dict[str, Any]:
         """The fields of an "edit and run again" form, as changes to the job it runs again."""
         request = self.job_request()
-        fields = ("cluster", "partition", "gpu_type", "gpus", "time_limit_minutes", "name", "script", "environment")
+        fields = (
+            "cluster",
+            "partition",
+            "gpu_type",
+            "gpus",
+            "time_limit_minutes",
+            "name",
+            "script",
+            "environment",
+            "array",
+        )
         return {field: getattr(request, field) for field in fields}
 
 
@@ -164,6 +178,7 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
         "script": DEFAULT_SCRIPT,
         "environment": "",
         "template": "",
+        "array": "",
     }
     if template is not None:
         values.update(
@@ -175,6 +190,7 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
             name=template.name,
             script=template.script,
             environment=_environment_text(dict(template.environment)),
+            array=template.array,
         )
     return values
 
@@ -280,6 +296,7 @@ def _rerun_form(request: HttpRequest, *, job_id: str) -> HttpResponse:
         "name": job.name,
         "script": job.script,
         "environment": _environment_text(dict(job.environment)),
+        "array": job.array,
     }
     return _render_submit(request, choices=choices, values=values, rerun_of=job)
 
@@ -456,6 +473,8 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
     """A job: facts, timeline, cost, the cancel button where allowed, and its live log."""
     job = job_get_for_user(user=request.user, job_id=job_id)
     usage = usage_record_for_job(job_id=job.pk) if job.is_final else None
+    tasks, task = _array_tasks_shown(request, job)
+    log_query = f"?task={task}" if task is not None else ""
     context = {
         "job": job,
         "gpu_idle": job_is_gpu_idle(job),
@@ -472,17 +491,35 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         "waiting": _waiting(request, job),
         "watching": job_end_watching(user=request.user, job=job),  # type: ignore[arg-type]
         "project_label": _label(job.project),
+        "tasks": tasks,
+        "task": task,
         "log": {
-            "socket": f"/ws/jobs/{job.pk}/log/",
+            "socket": f"/ws/jobs/{job.pk}/log/{log_query}",
             "state_socket": f"/ws/jobs/{job.pk}/",
             "state": job.state,
             "updated_at": job.updated_at.isoformat(),
         },
         "download": {
-            stream: reverse("api-job-log", args=[job.pk]) + f"?stream={stream}" for stream in ("stdout", "stderr")
+            stream: reverse("api-job-log", args=[job.pk]) + f"?stream={stream}" + log_query.replace("?", "&")
+            for stream in ("stdout", "stderr")
         },
     }
     return render(request, "frontend/jobs/detail.html", context)
+
+
+ARRAY_TASKS_PER_PAGE = 50
+
+
+def _array_tasks_shown(request: HttpRequest, job: Job) -> tuple[Page[JobArrayTask] | None, int | None]:
+    """An array's page of tasks (`?tasks_page=`) and the task whose log the page shows (`?task=`, else the first)."""
+    if not job.is_array:
+        return None, None
+    tasks = Paginator(job_array_task_list(job=job), ARRAY_TASKS_PER_PAGE).get_page(request.GET.get("tasks_page"))
+    asked = request.GET.get("task", "")
+    if asked.isdigit():
+        return tasks, int(asked)
+    first = tasks.object_list[0] if tasks.object_list else None
+    return tasks, first.index if first is not None else None
 
 
 @require_POST

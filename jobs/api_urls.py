@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.urls import URLPattern, path
 
 from jobs.job_apis import (
+    JobArrayTaskCancelApi,
+    JobArrayTaskListApi,
     JobCancelApi,
     JobDetailApi,
     JobListApi,
@@ -22,6 +24,8 @@ urlpatterns: list[URLPattern] = [
     path("jobs/<uuid:job_id>/rerun/", JobRerunApi.as_view(), name="api-job-rerun"),
     path("jobs/<uuid:job_id>/watch/", JobWatchApi.as_view(), name="api-job-watch"),
     path("jobs/<uuid:job_id>/log/", JobLogDownloadApi.as_view(), name="api-job-log"),
+    path("jobs/<uuid:job_id>/tasks/", JobArrayTaskListApi.as_view(), name="api-job-tasks"),
+    path("jobs/<uuid:job_id>/tasks/<int:index>/cancel/", JobArrayTaskCancelApi.as_view(), name="api-job-task-cancel"),
     path("job-templates/", JobTemplateListApi.as_view(), name="api-job-templates"),
     path("job-templates/<str:template_id>/", JobTemplateDetailApi.as_view(), name="api-job-template"),
 ]

@@ -21,13 +21,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs import job_services
+from jobs.arrays import PROGRESS_KEYS
 from jobs.end_watches import job_end_watch_set
 from jobs.job_services import JobRequest
-from jobs.models import Job, JobEfficiency, JobState, JobTemplate
+from jobs.models import Job, JobArrayTask, JobEfficiency, JobState, JobTemplate
 from jobs.reasons import pending_reason_text
 from jobs.reruns import RERUN_FIELDS, job_rerun
 from jobs.selectors import (
     JobAction,
+    job_array_task_list,
     job_detail_load,
     job_efficiency_of,
     job_get_for_user,
@@ -131,10 +133,21 @@ class JobOutput(serializers.Serializer[Any]):
     updated_at = serializers.DateTimeField()
     gpu_idle = serializers.SerializerMethodField(help_text="Running with a GPU idle for its cluster's limit")
     rerun_of = serializers.UUIDField(source="rerun_of_id", allow_null=True, help_text="The job this one runs again")
+    array = serializers.CharField(help_text="A job array's indexes as submitted (e.g. 0-99%10); empty: a plain job")
+    array_tasks = serializers.IntegerField(source="array_task_count", help_text="A job array's number of tasks")
+    array_max_running = serializers.IntegerField(allow_null=True, help_text="The `%N` cap of a job array")
+    array_progress = serializers.SerializerMethodField(
+        help_text="A job array's tasks counted by state: pending, running, completed, failed, cancelled; null: no array"
+    )
     links = serializers.SerializerMethodField()
 
     def get_gpu_idle(self, job: Job) -> bool:
         return job_is_gpu_idle(job)
+
+    def get_array_progress(self, job: Job) -> dict[str, int] | None:
+        if not job.is_array:
+            return None
+        return {key: int(job.array_progress.get(key, 0)) for key in PROGRESS_KEYS}
 
     def get_project(self, job: Job) -> str:
         return f"{job.project.tenant.slug}/{job.project.slug}"
@@ -149,7 +162,7 @@ class JobOutput(serializers.Serializer[Any]):
         return job.cancel_requested_at is not None
 
     def get_links(self, job: Job) -> dict[str, str]:
-        return {
+        links = {
             "self": reverse("api-job", args=[job.pk]),
             "cancel": reverse("api-job-cancel", args=[job.pk]),
             "rerun": reverse("api-job-rerun", args=[job.pk]),
@@ -158,6 +171,9 @@ class JobOutput(serializers.Serializer[Any]):
             "log_socket": f"/ws/jobs/{job.pk}/log/",
             "state_socket": f"/ws/jobs/{job.pk}/",
         }
+        if job.is_array:  # a task's log: add ?task=N to `log` and `log_socket`
+            links["tasks"] = reverse("api-job-tasks", args=[job.pk])
+        return links
 
 
 class JobDetailOutput(JobOutput):
@@ -232,6 +248,12 @@ class JobSubmitInput(BodyInput):
     memory_gb = serializers.IntegerField(required=False, min_value=1, max_value=1_000_000)
     template = serializers.CharField(
         required=False, help_text="A template id from GET /api/v1/job-templates/; given fields override it"
+    )
+    array = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="Make it a job array: task indexes such as 0-99, 1,5,9 or 0-99:2, optionally with %N, the most "
+        "tasks running at once (0-99%10); each task gets SLURM_ARRAY_TASK_ID",
     )
 
 
@@ -424,6 +446,69 @@ class JobWatchApi(APIView):
         return Response(JobWatchOutput({"watching": watching}).data)
 
 
+# Array tasks -------------------------------------------------------------------------------------------
+
+
+class JobArrayTaskOutput(serializers.Serializer[Any]):
+    index = serializers.IntegerField(help_text="The task's index (SLURM_ARRAY_TASK_ID)")
+    state = serializers.ChoiceField(choices=JobState.choices)
+    slurm_state = serializers.CharField()
+    state_reason = serializers.CharField()
+    slurm_job_id = serializers.IntegerField(allow_null=True, help_text="The task's own Slurm job id, once it started")
+    nodes = serializers.CharField()
+    exit_code = serializers.IntegerField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    cancel_requested = serializers.SerializerMethodField()
+    links = serializers.SerializerMethodField()
+
+    def get_cancel_requested(self, task: JobArrayTask) -> bool:
+        return task.cancel_requested_at is not None
+
+    def get_links(self, task: JobArrayTask) -> dict[str, str]:
+        return {
+            "cancel": reverse("api-job-task-cancel", args=[task.job_id, task.index]),
+            "log": f"/api/v1/jobs/{task.job_id}/log/?task={task.index}",
+            "log_socket": f"/ws/jobs/{task.job_id}/log/?task={task.index}",
+        }
+
+
+class JobArrayTaskFilterInput(serializers.Serializer[Any]):
+    state = serializers.MultipleChoiceField(choices=JobState.choices, required=False, help_text="Repeat for several")
+
+
+class JobArrayTaskListApi(APIView):
+    pagination_class = PagePagination
+
+    @extend_schema(
+        operation_id="jobs_tasks_list",
+        summary="A job array's tasks, by index, each with its state, times, exit code and nodes (paginated)",
+        parameters=[JobArrayTaskFilterInput],
+        responses={200: JobArrayTaskOutput(many=True), **ERRORS},
+    )
+    def get(self, request: Request, job_id: str) -> Response:
+        filters = JobArrayTaskFilterInput(data={"state": request.query_params.getlist("state")})
+        filters.is_valid(raise_exception=True)
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        tasks = job_array_task_list(job=job, states=sorted(filters.validated_data.get("state") or ()))
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(tasks, request, view=self) or []
+        return paginator.get_paginated_response(JobArrayTaskOutput(page, many=True).data)
+
+
+class JobArrayTaskCancelApi(APIView):
+    @extend_schema(
+        operation_id="jobs_tasks_cancel",
+        summary="Cancel one task of a job array (who may cancel the array); the other tasks go on",
+        request=None,
+        responses={202: JobArrayTaskOutput, **ERRORS_WITH_CONFLICT},
+    )
+    def post(self, request: Request, job_id: str, index: int) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.CANCEL)
+        task = job_services.job_array_task_cancel(user=request.user, job=job, index=index)  # type: ignore[arg-type]
+        return Response(JobArrayTaskOutput(task).data, status=status.HTTP_202_ACCEPTED)
+
+
 # Templates ---------------------------------------------------------------------------------------------
 
 
@@ -441,6 +526,7 @@ class JobTemplateOutput(serializers.Serializer[Any]):
     cpus = serializers.IntegerField(allow_null=True)
     memory_gb = serializers.IntegerField(allow_null=True)
     environment = serializers.DictField(child=serializers.CharField())
+    array = serializers.CharField(help_text="A job array's indexes; empty: plain jobs")
     created_by = serializers.CharField(allow_null=True)
     updated_at = serializers.DateTimeField(allow_null=True)
 
@@ -472,6 +558,7 @@ class JobTemplateInput(BodyInput):
     environment = serializers.DictField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
     )
+    array = serializers.CharField(required=False, allow_blank=True, max_length=200, help_text="e.g. 0-99%10")
 
 
 class JobTemplateCreateInput(JobTemplateInput):

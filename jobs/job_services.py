@@ -17,11 +17,13 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
+from django.http import Http404
 from django.utils import timezone
 
 from clusters.models import Cluster, Partition
 from clusters.selectors import SubmissionTarget, cluster_list_active, submission_target_get
-from jobs.models import Job, JobState, JobTemplate, JobTransition
+from jobs.arrays import ArrayExpressionError, ArraySpec, array_parse, array_tasks_end_before_slurm
+from jobs.models import Job, JobArrayTask, JobState, JobTemplate, JobTransition
 from jobs.paths import JobPaths, job_paths
 from jobs.reasons import pending_reason_text
 from jobs.sync_schedule import delivery_wake_needed
@@ -81,6 +83,8 @@ def job_event(job: Job) -> dict[str, Any]:
         "started_at": _iso(job.started_at),
         "ended_at": _iso(job.ended_at),
         "updated_at": _iso(job.updated_at),
+        # A job array's tasks by state ({pending, running, completed, failed, cancelled}); null for a plain job.
+        "array_progress": job.array_progress if job.is_array else None,
     }
 
 
@@ -136,6 +140,7 @@ class JobRequest:
     cpus: int | None = None
     memory_gb: int | None = None
     template: str | None = None
+    array: str | None = None  # a job array's indexes ("0-99%10"); None or "": a plain job
     idempotency_key: str = ""
     rerun_of: uuid.UUID | None = None  # the job this one runs again (jobs/reruns.py)
 
@@ -183,7 +188,11 @@ def job_submit_accepted(
     cluster = target.cluster
     job_id = uuid.uuid4()
     paths = job_paths(
-        log_root=cluster.log_root, tenant_slug=project.tenant.slug, project_slug=project.slug, job_id=job_id
+        log_root=cluster.log_root,
+        tenant_slug=project.tenant.slug,
+        project_slug=project.slug,
+        job_id=job_id,
+        is_array=values["array_spec"] is not None,
     )
     now = timezone.now()
     try:
@@ -243,6 +252,7 @@ def _job_create(
     idempotency_key: str,
     rerun_of: uuid.UUID | None = None,
 ) -> Accepted:
+    spec: ArraySpec | None = values["array_spec"]
     job = Job(
         id=job_id,
         project=project,
@@ -259,6 +269,10 @@ def _job_create(
         script=values["script"],
         environment=dict(values["environment"]),
         template_id=values["template"] or "",
+        array=spec.expression if spec else "",
+        array_task_count=spec.task_count if spec else 0,
+        array_max_running=spec.max_running if spec else None,
+        array_progress={"pending": spec.task_count} if spec else {},
         idempotency_key=idempotency_key,
         rerun_of_id=rerun_of,
         request_id=current_request_id(),
@@ -271,6 +285,11 @@ def _job_create(
         next_attempt_at=now,
     )
     job.save(force_insert=True)
+    if spec is not None:
+        JobArrayTask.objects.bulk_create(
+            [JobArrayTask(job=job, index=index, updated_at=now) for index in spec.indexes], batch_size=1000
+        )
+        job.array_indexes = list(spec.indexes)  # type: ignore[attr-defined]  # the reservation's tasks, unread
     accepted = JobTransition.objects.create(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted")
     audit_record(
         actor=user,
@@ -278,7 +297,13 @@ def _job_create(
         target=job,
         tenant=project.tenant,
         before=None,
-        after={"cluster": cluster.name, "partition": job.partition, "gpus": job.gpus, "gpu_type": job.gpu_type},
+        after={
+            "cluster": cluster.name,
+            "partition": job.partition,
+            "gpus": job.gpus,
+            "gpu_type": job.gpu_type,
+            **({"array": job.array} if job.array else {}),
+        },
     )
     # Last, so that the allocation's row lock is held only until the commit that follows. Refused for want of
     # GPU-hours, this raises and the transaction stores nothing.
@@ -314,6 +339,7 @@ def _with_template_defaults(*, project: Project, request: JobRequest) -> dict[st
         "cpus": request.cpus,
         "memory_gb": request.memory_gb,
         "template": request.template,
+        "array": request.array,
     }
     if not request.template:
         return given
@@ -329,6 +355,8 @@ def _with_template_defaults(*, project: Project, request: JobRequest) -> dict[st
     for key in ("partition", "gpus", "gpu_type", "time_limit_minutes", "script", "cpus", "memory_gb"):
         if given[key] is None:
             given[key] = getattr(template, key) or None
+    if given["array"] is None:
+        given["array"] = getattr(template, "array", "") or None
     if given["name"] is None:
         given["name"] = template.name
     if given["environment"] is None:
@@ -357,6 +385,7 @@ def _validated(*, target: SubmissionTarget | None, values: dict[str, Any]) -> di
     _validate_name(values, problem)
     _validate_script(values, problem)
     _validate_environment(values, problem)
+    _validate_array(values, problem)
     return problems
 
 
@@ -391,6 +420,7 @@ class JobShape:
     expected_gpu_type: str | None  # see `expected_gpu_type`
     gpus: int
     time_limit_minutes: int
+    array_task_count: int = 0  # 0: a plain job
 
 
 def job_shape_resolve(*, project: Project, request: JobRequest) -> JobShape:
@@ -407,6 +437,7 @@ def job_shape_resolve(*, project: Project, request: JobRequest) -> JobShape:
     if target is None:
         _no_such_cluster(values, problem)
     partition = _validate_shape(values, target, problem) if target is not None else None
+    _validate_array(values, problem)
     if problems:
         raise ValidationError(problems)
     assert target is not None
@@ -418,6 +449,7 @@ def job_shape_resolve(*, project: Project, request: JobRequest) -> JobShape:
         expected_gpu_type=values["quota_gpu_type"],
         gpus=values["gpus"],
         time_limit_minutes=values["time_limit_minutes"],
+        array_task_count=values["array_spec"].task_count if values["array_spec"] else 0,
     )
 
 
@@ -507,6 +539,18 @@ def _validate_resources(values: dict[str, Any], partition: Partition | None, pro
         )
 
 
+def _validate_array(values: dict[str, Any], problem: Any) -> None:
+    """Read the array expression into `array_spec` (None: a plain job)."""
+    values["array_spec"] = None
+    expression = values.get("array")
+    if not expression:
+        return
+    try:
+        values["array_spec"] = array_parse(expression)
+    except ArrayExpressionError as exc:
+        problem("array", str(exc))
+
+
 def _validate_name(values: dict[str, Any], problem: Any) -> None:
     name = values["name"]
     if name is None or not name.strip():
@@ -590,6 +634,8 @@ def job_cancel(*, user: User, job: Job) -> Job:
             quota_release(job=locked, note=detail)
             locked.ended_at = now
             fields += ["state", "ended_at"]
+            array_tasks_end_before_slurm(job=locked, state=JobState.CANCELLED, now=now)
+            fields.append("array_progress")
         else:
             task_enqueue_on_commit("jobs.tasks.job_cancel", str(locked.id), fallback="the job sync cancels it")
         locked.save(update_fields=fields)
@@ -603,6 +649,42 @@ def job_cancel(*, user: User, job: Job) -> Job:
         )
         transaction.on_commit(lambda: jobs_push([locked.id]))
     return locked
+
+
+def job_array_task_cancel(*, user: User, job: Job, index: int) -> JobArrayTask:
+    """Cancel one task of an array in Slurm (a worker does it); the array's other tasks go on. The caller has
+    checked that `user` may cancel the job. A second request changes nothing."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
+        if not locked.is_array:
+            raise Conflict("This job is not an array; cancel it with POST /api/v1/jobs/{id}/cancel/.")
+        task = JobArrayTask.objects.select_for_update().filter(job=locked, index=index).first()
+        if task is None:
+            raise Http404(f"The array has no task {index}; its tasks are {locked.array}.")
+        if task.is_final or locked.is_final:
+            raise Conflict(f"Task {index} has already ended ({task.get_state_display().lower()}); nothing to cancel.")
+        if locked.slurm_job_id is None:
+            raise Conflict(
+                "The array has not reached Slurm yet, so its tasks cannot be cancelled one by one; cancel the whole "
+                "array, or wait until it is pending in Slurm."
+            )
+        if task.cancel_requested_at is not None:
+            return task
+        task.cancel_requested_at = now
+        task.save(update_fields=["cancel_requested_at"])
+        task_enqueue_on_commit(
+            "jobs.tasks.job_array_task_cancel", str(locked.pk), index, fallback="cancel it again in a minute"
+        )
+        audit_record(
+            actor=user,
+            action="job.cancel_task",
+            target=locked,
+            tenant=locked.project.tenant,
+            before={"task": index, "state": task.state},
+            after={"task": index, "cancel_requested": True},
+        )
+    return task
 
 
 def cancelled_before_slurm(username: str) -> str:
@@ -625,6 +707,7 @@ def job_template_resolve(*, project: Project, template_id: str) -> Any:
 
 
 TEMPLATE_FIELDS = (
+    "array",
     "name",
     "description",
     "script",
@@ -647,9 +730,11 @@ def job_template_save(
         "name": values.get("name", template.name if template else None),
         "script": values.get("script", template.script if template else None),
         "environment": values.get("environment", template.environment if template else None),
+        "array": values.get("array", template.array if template else None),
     }
     _validate_script(probe, lambda field, message: problems.setdefault(field, []).append(message))
     _validate_environment(probe, lambda field, message: problems.setdefault(field, []).append(message))
+    _validate_array(probe, lambda field, message: problems.setdefault(field, []).append(message))
     name = (probe["name"] or "").strip()
     if not name:
         problems.setdefault("name", []).append("Give the template a name.")

@@ -42,6 +42,8 @@ from clusters.services import cluster_unreachable_record
 from clusters.slurm import SlurmClient, SlurmError, SlurmNotFound, SlurmRetryableError, SlurmTerminalError, SlurmTimeout
 from clusters.slurm.types import AccountingRecord, JobSubmission, SlurmJob
 from clusters.slurm.types import JobState as SlurmState
+from jobs.array_sync import array_records_of, arrays_apply_slurm_state
+from jobs.arrays import array_tasks_end_before_slurm
 from jobs.database_restores import database_restore_check, job_lost_before_delivery
 from jobs.job_services import cancelled_before_slurm, job_log_fields, job_transition, jobs_push, jobs_push_loaded
 from jobs.models import Job, JobState, JobTransition, job_id_from_tag
@@ -93,6 +95,7 @@ _DELIVERY_FIELDS = [
     "ended_at",
     "next_attempt_at",
     "updated_at",
+    "array_progress",  # an array that never reached Slurm: its tasks end with it
 ]
 
 
@@ -442,6 +445,7 @@ def _submission(job: Job) -> JobSubmission:
         comment=job.slurm_comment,
         cpus=job.cpus,
         memory_mb=job.memory_gb * 1024 if job.memory_gb else None,
+        array=job.array,
     )
 
 
@@ -461,7 +465,7 @@ def _find_tagged(
         return found, {job.pk: exc for job in jobs}
     for slurm_job in listing.jobs if listing else ():
         if slurm_job.comment in by_tag:
-            found.setdefault(by_tag[slurm_job.comment], slurm_job.job_id)
+            found.setdefault(by_tag[slurm_job.comment], slurm_job.array_job_id or slurm_job.job_id)
     missing: dict[str, list[Job]] = {}
     for job in jobs:
         if job.pk not in found:
@@ -475,7 +479,7 @@ def _find_tagged(
             continue
         for record in records:
             if record.comment in by_tag:
-                found.setdefault(by_tag[record.comment], record.job_id)
+                found.setdefault(by_tag[record.comment], record.array_job_id or record.job_id)
     return found, refused
 
 
@@ -622,6 +626,7 @@ def _cancel_unsubmitted(job: Job, *, now: datetime) -> JobTransition:
     """Cancel the job in memory (the caller saves it); its transition, to be saved with it."""
     requester = job.cancel_requested_by.username if job.cancel_requested_by else "a user"
     transition = job_transition(job=job, to_state=JobState.CANCELLED, detail=cancelled_before_slurm(requester), at=now)
+    array_tasks_end_before_slurm(job=job, state=JobState.CANCELLED, now=now)
     job.ended_at = now
     job.submit_lease_until = None
     job.updated_at = now
@@ -631,6 +636,7 @@ def _cancel_unsubmitted(job: Job, *, now: datetime) -> JobTransition:
 def _reject(job: Job, message: str, *, now: datetime) -> JobTransition:
     """Reject the job in memory (the caller saves it); its transition, to be saved with it."""
     transition = job_transition(job=job, to_state=JobState.REJECTED, detail=message[:500], at=now)
+    array_tasks_end_before_slurm(job=job, state=JobState.REJECTED, now=now)
     job.last_error = message
     job.ended_at = now
     job.submit_lease_until = None
@@ -669,6 +675,8 @@ def job_cancel_in_slurm(*, job_id: uuid.UUID) -> None:
     except SlurmTerminalError as exc:
         # Already ended, or gone from slurmctld: what Slurm reports next is the truth either way.
         logger.info("job %s: cancel in Slurm answered %s", job.pk, exc)
+    if job.is_array:
+        return  # its tasks' ends come with the next sync's listing, every record of the array at once
     try:
         slurm_job = client.get_job(job_id=job.slurm_job_id)
     except SlurmNotFound:
@@ -731,10 +739,11 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
     known = {
         job.pk: job
         for job in Job.objects.filter(cluster=cluster, pk__in=list(tagged)).only(
-            "pk", "slurm_job_id", "state", "started_at"
+            "pk", "slurm_job_id", "state", "started_at", "array"
         )
     }
     updates: dict[uuid.UUID, SlurmJob] = {}
+    array_updates: dict[uuid.UUID, list[SlurmJob]] = {}
     lost: list[SlurmJob] = []
     for job_id, copies in tagged.items():
         job = known.get(job_id)
@@ -747,6 +756,13 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
                 if not orphan.state.is_finished:
                     result.duplicates_cancelled += 1
                     result.requests += _cancel_duplicate(client=client, job_id=job_id, slurm_job=orphan)
+            continue
+        if job.is_array:
+            array_updates[job_id], others = array_records_of(job, copies)
+            for extra in others:
+                if not extra.state.is_finished:
+                    result.duplicates_cancelled += 1
+                    result.requests += _cancel_duplicate(client=client, job_id=job_id, slurm_job=extra)
             continue
         keep = next((copy for copy in copies if copy.job_id == job.slurm_job_id), None) or min(
             copies, key=lambda copy: copy.job_id
@@ -774,12 +790,26 @@ def cluster_jobs_sync(*, cluster: Cluster, client: SlurmClient) -> SyncResult:
     causes = requeue_causes_find(client=client, requeued=requeued)
     result.requests += len(requeued)
     result.changed = jobs_apply_slurm_state(cluster=cluster, updates=updates, requeue_causes=causes)
+    forgotten: set[uuid.UUID] = set()
+    result.changed += arrays_apply_slurm_state(cluster=cluster, updates=array_updates, forgotten=forgotten)
 
     # Jobs the portal believes active but slurmctld no longer lists: their end is in accounting.
     listed_ids = {slurm_job.job_id for slurm_job in listing.jobs}
+    listed_ids |= {slurm_job.array_job_id for slurm_job in listing.jobs if slurm_job.array_job_id}
     vanished = Job.objects.filter(cluster=cluster, state__in=[JobState.PENDING, JobState.RUNNING]).exclude(
         slurm_job_id__in=listed_ids
     )
+    vanished_arrays = list(
+        Job.objects.filter(cluster=cluster, state__in=[JobState.PENDING, JobState.RUNNING])
+        .exclude(array="")
+        .filter(Q(pk__in=forgotten) | ~Q(slurm_job_id__in=listed_ids))
+        .select_related("project")[:100]
+    )
+    vanished = vanished.filter(array="")
+    if vanished_arrays:
+        result.requests += 1
+        result.looked_up_in_accounting += len(vanished_arrays)
+        result.changed += _apply_arrays_accounting(cluster=cluster, client=client, jobs=vanished_arrays)
     for job in vanished.select_related("project")[:100]:
         result.requests += 1
         result.looked_up_in_accounting += 1
@@ -803,6 +833,24 @@ def _start_estimates_due(cluster: Cluster) -> bool:
     except Exception:  # Redis down: the estimates are refreshed at each sync meanwhile; nothing is lost
         logger.warning("could not read the start-estimate refresh mark", exc_info=True)
         return True
+
+
+def _apply_arrays_accounting(*, cluster: Cluster, client: SlurmClient, jobs: list[Job]) -> int:
+    """Finish arrays slurmctld forgot, task by task, from one accounting request for all of them."""
+    accounts = sorted({job.project.slurm_account for job in jobs})
+    since = min(job.submitted_at or job.created_at for job in jobs) - timedelta(minutes=10)
+    try:
+        records = client.accounting_jobs(account=",".join(accounts), start_time=since)
+    except SlurmError as exc:
+        logger.warning("cluster %s: accounting lookup of %d arrays failed: %s", cluster.name, len(jobs), exc)
+        return 0
+    by_array = {(job.slurm_job_id, job.slurm_comment): job.pk for job in jobs}
+    updates: dict[uuid.UUID, list[AccountingRecord]] = {}
+    for record in records:
+        job_id = by_array.get((record.array_job_id, record.comment))
+        if job_id is not None:
+            updates.setdefault(job_id, []).append(record)
+    return arrays_apply_slurm_state(cluster=cluster, updates=updates)
 
 
 def _cancel_duplicate(*, client: SlurmClient, job_id: uuid.UUID, slurm_job: SlurmJob) -> int:

@@ -20,7 +20,7 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from jobs.log_stream import LOG_STREAMS, LogFileRefused, LogStream, job_log_path, open_log_file
+from jobs.log_stream import LOG_STREAMS, LogFileRefused, LogStream, job_log_path, job_task_state, open_log_file
 from jobs.models import Job
 from jobs.selectors import job_get_for_user
 from portal.api_errors import ERROR_SHAPE, ERRORS, error_body
@@ -114,6 +114,7 @@ class _FileSlice:
 
 class JobLogDownloadQuerySerializer(serializers.Serializer[Any]):
     stream = serializers.ChoiceField(choices=list(LOG_STREAMS), default="stdout", required=False)
+    task = serializers.IntegerField(required=False, min_value=0, help_text="A job array's task: its own file")
 
 
 class JobLogDownloadApi(APIView):
@@ -150,7 +151,10 @@ class JobLogDownloadApi(APIView):
         query = JobLogDownloadQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         stream: LogStream = "stderr" if query.validated_data["stream"] == "stderr" else "stdout"
-        descriptor = _open(job=job, stream=stream)
+        task: int | None = query.validated_data.get("task")
+        if task is not None:
+            job_task_state(job=job, task=task)  # 404 unless the array has this task
+        descriptor = _open(job=job, stream=stream, task=task)
         try:
             response = _file_response(descriptor, range_header=request.headers.get("Range"))
         except RangeNotSatisfiable as exc:
@@ -163,16 +167,19 @@ class JobLogDownloadApi(APIView):
             refusal["Content-Range"] = f"bytes */{exc.size}"
             return refusal
         response["Accept-Ranges"] = "bytes"
-        response["Content-Disposition"] = content_disposition_header(True, download_filename(job=job, stream=stream))
+        response["Content-Disposition"] = content_disposition_header(
+            True, download_filename(job=job, stream=f"{task}-{stream}" if task is not None else stream)
+        )
         # The output of a tenant's job: no shared cache may keep it.
         response["Cache-Control"] = "private, no-store"
         return response
 
 
-def _open(*, job: Job, stream: LogStream) -> int:
-    """A descriptor of the job's file. Its path comes from the Job row only, never from the request."""
+def _open(*, job: Job, stream: LogStream, task: int | None = None) -> int:
+    """A descriptor of the job's file. Its path comes from the Job row only (and a task index), never from the
+    request."""
     try:
-        path = job_log_path(job=job, stream=stream)
+        path = job_log_path(job=job, stream=stream, task=task)
         if path is None:
             raise Http404(
                 f"The portal does not know where job '{job.id}' writes its {stream}: it was submitted outside "
@@ -181,7 +188,9 @@ def _open(*, job: Job, stream: LogStream) -> int:
         return open_log_file(path)
     except FileNotFoundError:
         raise Http404(f"The job has not written any output yet (no {stream} file); it is {job.state}.") from None
-    except LogFileRefused:
+    except LogFileRefused as exc:
+        if job.is_array and task is None:
+            raise serializers.ValidationError({"task": [str(exc)]}) from None
         raise PermissionDenied(
             f"The portal refuses to serve the {stream} of job '{job.id}': its file is not a regular file under "
             "the cluster's log root. Tell the portal's admins."

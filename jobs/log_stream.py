@@ -46,9 +46,10 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
+from jobs.arrays import array_output_path
 from jobs.job_services import job_group
 from jobs.log_readers import log_file_followed
-from jobs.models import FINAL_JOB_STATES, Job
+from jobs.models import FINAL_JOB_STATES, Job, JobArrayTask
 from jobs.selectors import job_get_for_user
 from portal.ws_auth import websocket_refuse
 from tenants.services import user_access_group
@@ -203,8 +204,9 @@ class LogTailer:
 # The job's files ----------------------------------------------------------------------------------------
 
 
-def job_log_path(*, job: Job, stream: LogStream) -> str | None:
-    """The file of one of the job's streams, None when the portal does not know it (external jobs).
+def job_log_path(*, job: Job, stream: LogStream, task: int | None = None) -> str | None:
+    """The file of one of the job's streams (of an array: of its task `task`), None when the portal does not know it
+    (external jobs).
 
     The path comes from the Job row only, never from a request. It is refused unless its directory,
     symlinks resolved, lies under the cluster's log root: the directories down to the job's are the
@@ -213,6 +215,10 @@ def job_log_path(*, job: Job, stream: LogStream) -> str | None:
     path = job.stdout_path if stream == "stdout" else job.stderr_path
     if not path:
         return None
+    if job.is_array:
+        if task is None:
+            raise LogFileRefused(f"Job '{job.id}' is an array: each task has its own {stream}; add ?task=N.")
+        path = array_output_path(path, array_job_id=job.slurm_job_id, task_index=task)
     root = os.path.realpath(job.cluster.log_root)
     directory, name = os.path.split(path)
     if not os.path.isabs(path) or name in {"", ".", ".."}:
@@ -240,13 +246,14 @@ class _Target:
     unreadable: dict[LogStream, str]  # the others, with why
 
 
-def _authorise(user: Any, job_id: uuid.UUID) -> _Target:
+def _authorise(user: Any, job_id: uuid.UUID, task: int | None = None) -> _Target:
     job = job_get_for_user(user=user, job_id=job_id)
+    state = job_task_state(job=job, task=task) if task is not None else job.state
     paths: dict[LogStream, str] = {}
     unreadable: dict[LogStream, str] = {}
     for stream in LOG_STREAMS:
         try:
-            path = job_log_path(job=job, stream=stream)
+            path = job_log_path(job=job, stream=stream, task=task)
         except LogFileRefused as exc:
             unreadable[stream] = str(exc)
             continue
@@ -256,47 +263,69 @@ def _authorise(user: Any, job_id: uuid.UUID) -> _Target:
             )
         else:
             paths[stream] = path
-    return _Target(state=job.state, paths=paths, unreadable=unreadable)
+    return _Target(state=state, paths=paths, unreadable=unreadable)
 
 
-def _current_state(user: Any, job_id: uuid.UUID) -> str:
-    return job_get_for_user(user=user, job_id=job_id).state
+def job_task_state(*, job: Job, task: int) -> str:
+    """The state of task `task` of the array `job` (its log ends when the task does); 404 for no such task."""
+    state = JobArrayTask.objects.filter(job=job, index=task).values_list("state", flat=True).first()
+    if state is None:
+        raise Http404(f"Job '{job.id}' has no task {task}." if job.is_array else f"Job '{job.id}' is not an array.")
+    return state
+
+
+def _current_state(user: Any, job_id: uuid.UUID, task: int | None = None) -> str:
+    job = job_get_for_user(user=user, job_id=job_id)
+    return job_task_state(job=job, task=task) if task is not None else job.state
 
 
 class _SharedCheck:
     """One run of an access check in the database thread, which the viewers who ask before it starts share."""
 
-    def __init__(self, check: Callable[[Any, uuid.UUID], Any], user: Any, job_id: uuid.UUID) -> None:
+    def __init__(self, check: Callable[..., Any], user: Any, job_id: uuid.UUID, task: int | None) -> None:
         self.started = False
-        self.result = asyncio.ensure_future(database_sync_to_async(self._run)(check, user, job_id))
+        self.result = asyncio.ensure_future(database_sync_to_async(self._run)(check, user, job_id, task))
 
-    def _run(self, check: Callable[[Any, uuid.UUID], Any], user: Any, job_id: uuid.UUID) -> Any:
+    def _run(self, check: Callable[..., Any], user: Any, job_id: uuid.UUID, task: int | None) -> Any:
         self.started = True
-        return check(user, job_id)
+        return check(user, job_id, task)
 
 
-_checks_waiting: dict[tuple[Callable[..., Any], int, uuid.UUID], _SharedCheck] = {}
+_CheckKey = tuple[Callable[..., Any], int, uuid.UUID, int | None]
+_checks_waiting: dict[_CheckKey, _SharedCheck] = {}
 
 
-def _check_forget(key: tuple[Callable[..., Any], int, uuid.UUID], done: _SharedCheck) -> None:
+def _check_forget(key: _CheckKey, done: _SharedCheck) -> None:
     if _checks_waiting.get(key) is done:
         del _checks_waiting[key]
 
 
-async def _checked(check: Callable[[Any, uuid.UUID], T], user: Any, job_id: uuid.UUID) -> T:
+async def _checked(
+    check: Callable[[Any, uuid.UUID, int | None], T], user: Any, job_id: uuid.UUID, task: int | None = None
+) -> T:
     """`check(user, job_id)` in the database thread, run once for all of a user's sockets of a job that ask together.
 
     Connecting 100 viewers would otherwise queue 100 identical checks in the one database thread. A caller
     joins only a check that has not begun reading the database yet: its answer is then as fresh as one of
     the caller's own, and the caller, subscribed to its access group before asking, hears of any later change.
     """
-    key = (check, user.pk, job_id)
+    key = (check, user.pk, job_id, task)
     waiting = _checks_waiting.get(key)
     if waiting is None or waiting.started or waiting.result.get_loop() is not asyncio.get_running_loop():
-        waiting = _checks_waiting[key] = _SharedCheck(check, user, job_id)
+        waiting = _checks_waiting[key] = _SharedCheck(check, user, job_id, task)
         waiting.result.add_done_callback(lambda _: _check_forget(key, waiting))
     result: T = await asyncio.shield(waiting.result)
     return result
+
+
+def _task_asked(query_string: bytes) -> int | None:
+    """`task` from the query string (an array's task whose log to follow); ValueError unless a non-negative integer."""
+    value = parse_qs(query_string.decode("latin-1")).get("task", [""])[-1]
+    if not value:
+        return None
+    if not value.isascii() or not value.isdigit():
+        raise ValueError("task must be a non-negative integer")
+    return int(value)
 
 
 def _resume_offsets(query_string: bytes) -> dict[LogStream, int]:
@@ -320,6 +349,7 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     """
 
     job_id: uuid.UUID | None = None
+    task: int | None = None  # an array's task (`?task=7`)
     access_group: str = ""
     follower: asyncio.Task[None] | None = None
     # Set when a file may have changed or a push says the job did; `state_stale` tells which.
@@ -332,6 +362,11 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await websocket_refuse(self, 4401)
             return
         job_id = self.scope["url_route"]["kwargs"]["job_id"]
+        try:
+            self.task = _task_asked(self.scope.get("query_string", b""))
+        except ValueError:
+            await websocket_refuse(self, 4400)
+            return
         self.job_id, self.access_group = job_id, user_access_group(user.pk)
         self.wake = asyncio.Event()
         # Subscribed before the access check, which also reads the job's state: no change can slip in between.
@@ -340,7 +375,7 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             self.channel_layer.group_add(self.access_group, self.channel_name),
         )
         try:
-            target = await _checked(_authorise, user, job_id)
+            target = await _checked(_authorise, user, job_id, self.task)
         except Http404:
             await websocket_refuse(self, 4404)
             return
@@ -376,7 +411,7 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if self.job_id is None:
             return  # not subscribed to anything yet
         try:
-            await _checked(_current_state, self.scope["user"], self.job_id)
+            await _checked(_current_state, self.scope["user"], self.job_id, self.task)
         except (Http404, PermissionDenied) as exc:
             if self.follower is not None:
                 self.follower.cancel()
@@ -412,7 +447,7 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             if state not in FINAL_JOB_STATES and (self.state_stale or loop.time() >= recheck_at):
                 self.state_stale = False
                 try:
-                    state = await _checked(_current_state, user, job_id)
+                    state = await _checked(_current_state, user, job_id, self.task)
                 except Http404:
                     await self.close(code=4404)
                     return

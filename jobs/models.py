@@ -75,6 +75,15 @@ class Job(models.Model):
     # later and after however many crashes, logs that id with the job's own, so one grep follows the job.
     request_id = models.CharField(max_length=64, blank=True)
 
+    # A job array (`sbatch --array`): the expression as submitted, how many tasks it has and its `%N` cap. One portal
+    # job stands for the whole array, one Slurm submission; its tasks are `JobArrayTask` rows. Empty: a plain job.
+    array = models.CharField(max_length=200, blank=True)
+    array_task_count = models.PositiveIntegerField(default=0)
+    array_max_running = models.PositiveIntegerField(null=True, blank=True)
+    # The tasks counted by state ({pending, running, completed, failed, cancelled}), kept by the sync with the
+    # tasks so that a list of arrays reads no task rows.
+    array_progress = models.JSONField(default=dict, blank=True)
+
     working_directory = models.CharField(max_length=1000, blank=True)
     stdout_path = models.CharField(max_length=1000, blank=True)
     stderr_path = models.CharField(max_length=1000, blank=True)
@@ -152,6 +161,10 @@ class Job(models.Model):
     @property
     def slurm_comment(self) -> str:
         return job_comment_tag(self.id)
+
+    @property
+    def is_array(self) -> bool:
+        return bool(self.array)
 
 
 JOB_COMMENT_PREFIX = "gpuportal:"
@@ -302,6 +315,40 @@ class JobEndWatch(models.Model):
         return f"{self.user} watches {self.job_id}"
 
 
+class JobArrayTask(models.Model):
+    """One task of a job array: its own Slurm job id once it started, state, times, exit code and nodes.
+
+    Created with the job (one row per index), moved by the sync in bulk. The array's own row (`Job`) carries the
+    overall state; see `jobs.array_sync`.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="array_tasks")
+    index = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+    slurm_state = models.CharField(max_length=32, blank=True)
+    state_reason = models.CharField(max_length=200, blank=True)
+    # Slurm gives a task a job id of its own when it starts (the array's id until then).
+    slurm_job_id = models.PositiveBigIntegerField(null=True, blank=True)
+    nodes = models.CharField(max_length=500, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["job", "index"]
+        constraints = [models.UniqueConstraint(fields=["job", "index"], name="job_array_task_unique_index")]
+        indexes = [models.Index(fields=["job", "state"], name="job_array_task_state")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}[{self.index}]: {self.state}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_JOB_STATES
+
+
 class JobTemplate(models.Model):
     """A project's saved job shape, which its members can reuse (built-in templates live in code)."""
 
@@ -317,6 +364,7 @@ class JobTemplate(models.Model):
     cpus = models.PositiveIntegerField(null=True, blank=True)
     memory_gb = models.PositiveIntegerField(null=True, blank=True)
     environment = models.JSONField(default=dict, blank=True)
+    array = models.CharField(max_length=200, blank=True, help_text="A job array's indexes, such as 0-99%10")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, related_name="+", null=True, blank=True
     )

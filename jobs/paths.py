@@ -16,13 +16,19 @@ class JobPaths:
     stderr: str
 
 
-def job_paths(*, log_root: str, tenant_slug: str, project_slug: str, job_id: uuid.UUID) -> JobPaths:
-    """`<log root>/<tenant>/<project>/<job id>/{stdout,stderr}.log`: slugs and a UUID, so nothing escapes the root."""
+def job_paths(
+    *, log_root: str, tenant_slug: str, project_slug: str, job_id: uuid.UUID, is_array: bool = False
+) -> JobPaths:
+    """`<log root>/<tenant>/<project>/<job id>/{stdout,stderr}.log`: slugs and a UUID, so nothing escapes the root.
+
+    An array's tasks each write their own, `stdout-%A_%a.log` (Slurm fills in the array's job id and the task's
+    index; `jobs.arrays.array_output_path` does the same to read them)."""
     directory = PurePosixPath(log_root) / tenant_slug / project_slug / str(job_id)
+    suffix = "-%A_%a" if is_array else ""
     return JobPaths(
         working_directory=str(directory),
-        stdout=str(directory / "stdout.log"),
-        stderr=str(directory / "stderr.log"),
+        stdout=str(directory / f"stdout{suffix}.log"),
+        stderr=str(directory / f"stderr{suffix}.log"),
     )
 
 

@@ -10,6 +10,7 @@ allows one charge per job and one release per reservation), so overlapping runs 
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -22,9 +23,16 @@ from clusters.slurm import SlurmClient, SlurmError
 from clusters.slurm.types import AccountingRecord
 from jobs.gpu_utilisation import job_efficiency_from_accounting
 from jobs.job_sync import RESTART_TOLERANCE
-from jobs.models import FINAL_JOB_STATES, Job
+from jobs.models import FINAL_JOB_STATES, Job, JobArrayTask
 from quotas.models import Allocation, LedgerEntry, LedgerKind, QuotaLimitState
-from quotas.services import quota_charge, quota_release, quota_reserve_found
+from quotas.services import (
+    TaskCharge,
+    quota_charge,
+    quota_charge_tasks,
+    quota_release,
+    quota_release_tasks,
+    quota_reserve_found,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,22 +62,27 @@ class QuotaUsageResult:
     reserved_external: int = 0  # jobs found running outside the portal, now reserved
     accounting_requests: int = 0
     accounting_error: str = ""  # why the accounting request failed; its jobs are tried on the next run
+    tasks_charged: int = 0  # array tasks charged what they used (each task once, as it ends)
+    tasks_awaiting_accounting: int = 0
 
 
 def quota_usage_collect(*, cluster: Cluster, client: SlurmClient, now: datetime | None = None) -> QuotaUsageResult:
     """Release, charge and reserve for the cluster's jobs, in a constant number of queries and at most one
     accounting request."""
     now = now or timezone.now()
-    released = _release_never_ran(cluster=cluster)
+    released = _release_never_ran(cluster=cluster) + _release_tasks_never_ran(cluster=cluster)
     charges = _charge_ended(cluster=cluster, client=client, now=now)
+    task_charges = _charge_ended_tasks(cluster=cluster, client=client, now=now)
     reserved = _reserve_externals(cluster=cluster, now=now)
     return QuotaUsageResult(
         released=released,
         charged=charges.charged,
         awaiting_accounting=charges.awaiting,
         reserved_external=reserved,
-        accounting_requests=charges.requests,
-        accounting_error=charges.error,
+        accounting_requests=charges.requests + task_charges.requests,
+        accounting_error=charges.error or task_charges.error,
+        tasks_charged=task_charges.charged,
+        tasks_awaiting_accounting=task_charges.awaiting,
     )
 
 
@@ -101,7 +114,7 @@ def _release_never_ran(*, cluster: Cluster) -> int:
     """Give back the reservations of ended jobs that never started (rejected, cancelled while queued or
     pending), and of jobs that ended before the portal tracked their account's usage."""
     jobs = (
-        Job.objects.filter(cluster=cluster, state__in=FINAL_JOB_STATES)
+        Job.objects.filter(cluster=cluster, state__in=FINAL_JOB_STATES, array_task_count=0)
         .filter(Q(started_at__isnull=True) | _tracked_after_end())
         .filter(_open_reservation())
         .order_by("ended_at", "pk")[:CHARGE_BATCH_SIZE]
@@ -127,6 +140,7 @@ def _chargeable(*, cluster: Cluster, now: datetime) -> QuerySet[Job]:
             ended_at__gte=now - CHARGE_GIVE_UP_AFTER,
             slurm_job_id__isnull=False,
             gpus__gt=0,
+            array_task_count=0,  # an array is charged task by task: `_charge_ended_tasks`
         )
         .exclude(_charged())
         .exclude(_tracked_after_end())
@@ -249,6 +263,98 @@ def is_accounting_record_of(job: Job, record: AccountingRecord) -> bool:
     if job.is_external:
         return job.slurm_submit_time is not None and record.submit_time == job.slurm_submit_time
     return record.comment == job.slurm_comment
+
+
+# Array tasks ----------------------------------------------------------------------------------------------
+
+
+def _task_reservation_open() -> Exists:
+    """The outer task has a reservation that no release gives back."""
+    released = LedgerEntry.objects.filter(
+        job_id=OuterRef("job_id"),
+        array_task=OuterRef("array_task"),
+        allocation_id=OuterRef("allocation_id"),
+        kind=LedgerKind.RELEASE,
+    )
+    return Exists(
+        LedgerEntry.objects.filter(
+            job_id=OuterRef("job_id"), array_task=OuterRef("index"), kind=LedgerKind.RESERVE
+        ).exclude(Exists(released))
+    )
+
+
+def _release_tasks_never_ran(*, cluster: Cluster) -> int:
+    """Give back the reservations of array tasks that ended without running (cancelled while waiting), and of
+    every task that never ran of an array that ended (rejected, cancelled before Slurm had it)."""
+    ended_unrun = Q(state__in=FINAL_JOB_STATES) | Q(job__state__in=FINAL_JOB_STATES)
+    tasks = (
+        JobArrayTask.objects.filter(job__cluster=cluster, started_at__isnull=True)
+        .filter(ended_unrun)
+        .filter(_task_reservation_open())
+        .values_list("job_id", "index")[: CHARGE_BATCH_SIZE * 4]
+    )
+    by_job: dict[uuid.UUID, set[int]] = {}
+    for job_id, index in tasks:
+        by_job.setdefault(job_id, set()).add(index)
+    released = 0
+    for job in Job.objects.filter(pk__in=list(by_job)):
+        if quota_release_tasks(job=job, tasks=by_job[job.pk], note="task never ran"):
+            released += len(by_job[job.pk])
+    return released
+
+
+def _charge_ended_tasks(*, cluster: Cluster, client: SlurmClient, now: datetime) -> _Charges:
+    """Charge each ended array task what its accounting record says, once: one accounting request for all the
+    tasks due, then one charge per array (a few statements, whatever its number of tasks)."""
+    charged_task = LedgerEntry.objects.filter(
+        job_id=OuterRef("job_id"), array_task=OuterRef("index"), kind=LedgerKind.CHARGE
+    )
+    tasks = list(
+        JobArrayTask.objects.filter(
+            job__cluster=cluster,
+            state__in=FINAL_JOB_STATES,
+            started_at__isnull=False,
+            ended_at__gte=now - CHARGE_GIVE_UP_AFTER,
+            job__slurm_job_id__isnull=False,
+            job__gpus__gt=0,
+        )
+        .exclude(Exists(charged_task))
+        .select_related("job__project")
+        .order_by("ended_at", "pk")[: CHARGE_BATCH_SIZE * 4]
+    )
+    if not tasks:
+        return _Charges()
+    accounts = sorted({task.job.project.slurm_account for task in tasks})
+    oldest_start = min(task.started_at for task in tasks if task.started_at is not None)
+    try:
+        records = client.accounting_jobs(account=",".join(accounts), start_time=oldest_start - ACCOUNTING_WINDOW_MARGIN)
+    except SlurmError as exc:
+        logger.warning("cluster %s: accounting request for %d ended tasks failed: %s", cluster.name, len(tasks), exc)
+        return _Charges(awaiting=len(tasks), requests=1, error=str(exc)[:2000])
+    # A task's records (one per run, when Slurm requeued it) by (array, index, tag).
+    runs: dict[tuple[int, int, str], list[AccountingRecord]] = {}
+    for record in records:
+        if record.array_job_id is None or record.array_task_id is None or not record.state.is_finished:
+            continue
+        if record.cluster in {"", cluster.name} and record.end_time is not None:
+            runs.setdefault((record.array_job_id, record.array_task_id, record.comment), []).append(record)
+    due: dict[uuid.UUID, dict[int, TaskCharge]] = {}
+    jobs: dict[uuid.UUID, Job] = {}
+    awaiting = 0
+    for task in tasks:
+        job = task.job
+        found = runs.get((job.slurm_job_id or 0, task.index, job.slurm_comment), [])
+        found = [record for record in found if record.account == job.project.slurm_account]
+        if not found:
+            awaiting += 1
+            continue
+        found.sort(key=lambda record: record.start_time or record.submit_time or datetime.min.replace(tzinfo=UTC))
+        jobs[job.pk] = job
+        due.setdefault(job.pk, {})[task.index] = TaskCharge(
+            gpu_seconds=sum(record.gpu_seconds for record in found), note=f"task {task.index}: " + charge_note(found)
+        )
+    charged = sum(quota_charge_tasks(job=jobs[job_id], charges=charges, now=now) for job_id, charges in due.items())
+    return _Charges(charged=charged, awaiting=awaiting, requests=1)
 
 
 def _reserve_externals(*, cluster: Cluster, now: datetime) -> int:

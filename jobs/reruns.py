@@ -28,6 +28,7 @@ RERUN_FIELDS = (
     "environment",
     "cpus",
     "memory_gb",
+    "array",
 )
 
 
@@ -47,6 +48,7 @@ def rerun_request(*, job: Job, overrides: Mapping[str, Any] | None = None, idemp
         "environment": dict(job.environment),
         "cpus": job.cpus,
         "memory_gb": job.memory_gb,
+        "array": job.array or None,
     }
     values.update(overrides or {})
     return JobRequest(**values, idempotency_key=idempotency_key, rerun_of=job.pk)

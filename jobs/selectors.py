@@ -21,6 +21,7 @@ from jobs.models import (
     ACTIVE_JOB_STATES,
     FINAL_JOB_STATES,
     Job,
+    JobArrayTask,
     JobEfficiency,
     JobGpuUsage,
     JobState,
@@ -110,6 +111,12 @@ def _project_action_check(*, user: AnyUser, job: Job, action: ProjectAction, ref
 def job_reruns_list(*, job: Job) -> list[Job]:
     """The jobs that run `job` again, oldest first (they are in its project, so whoever sees it sees them)."""
     return list(job.reruns.order_by("created_at", "id").only("pk", "name", "state", "created_at"))
+
+
+def job_array_task_list(*, job: Job, states: Collection[str] = ()) -> QuerySet[JobArrayTask]:
+    """A job array's tasks by index (the caller has checked access to the job): one query per page."""
+    tasks = JobArrayTask.objects.filter(job=job).order_by("index")
+    return tasks.filter(state__in=list(states)) if states else tasks
 
 
 # Submissions ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from clusters.clients import slurm_client_for
 from clusters.models import Cluster
 from clusters.services import cluster_unreachable_record
 from clusters.slurm import SlurmError, SlurmRetryableError
-from jobs import database_restores, gpu_utilisation, job_recovery, job_sync, quota_usage
+from jobs import array_sync, database_restores, gpu_utilisation, job_recovery, job_sync, quota_usage
 from jobs.sync_schedule import clusters_due_for_job_sync, job_sync_slot, quota_usage_collection_due
 from portal import metrics
 
@@ -65,6 +65,22 @@ def job_cancel(job_id: str) -> None:
     """Cancel a job in Slurm; a repeat after the job ended does nothing."""
     with bound_contextvars(job_id=job_id):
         job_sync.job_cancel_in_slurm(job_id=uuid.UUID(job_id))
+
+
+@shared_task(
+    ignore_result=True,
+    soft_time_limit=60,
+    time_limit=90,
+    autoretry_for=(SlurmRetryableError,),
+    retry_backoff=5,
+    retry_backoff_max=300,
+    retry_jitter=True,
+    max_retries=20,
+)
+def job_array_task_cancel(job_id: str, index: int) -> None:
+    """Cancel one task of an array in Slurm; a repeat after the task ended does nothing."""
+    with bound_contextvars(job_id=job_id, array_task=index):
+        array_sync.array_task_cancel_in_slurm(job_id=uuid.UUID(job_id), index=int(index))
 
 
 @shared_task(ignore_result=True, soft_time_limit=120, time_limit=180)

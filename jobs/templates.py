@@ -18,6 +18,7 @@ class BuiltinTemplate:
     cpus: int | None = None
     memory_gb: int | None = None
     environment: dict[str, str] = field(default_factory=dict)
+    array: str = ""  # a job array's indexes; "": plain jobs
 
 
 GPU_SMOKE_TEST = BuiltinTemplate(
@@ -89,6 +90,29 @@ done
 """,
 )
 
+ARRAY_SWEEP = BuiltinTemplate(
+    id="array-sweep",
+    name="Parameter sweep as a job array",
+    description=(
+        "One task per learning rate, as a job array: each task picks its value by SLURM_ARRAY_TASK_ID and writes "
+        "its own log. At most 4 tasks run at once (the %4 of the array); change the array and LEARNING_RATES together."
+    ),
+    gpus=1,
+    time_limit_minutes=60,
+    array="0-7%4",
+    environment={"LEARNING_RATES": "0.3 0.1 0.03 0.01 0.003 0.001 0.0003 0.0001"},
+    script="""#!/bin/bash
+# Task N of the array takes the N-th learning rate.
+set -euo pipefail
+read -r -a rates <<< "${LEARNING_RATES}"
+lr="${rates[${SLURM_ARRAY_TASK_ID}]}"
+echo "task ${SLURM_ARRAY_TASK_ID} of array ${SLURM_ARRAY_JOB_ID}: lr=${lr} on GPU ${CUDA_VISIBLE_DEVICES:-?}"
+# Replace with your experiment, e.g.: python experiment.py --lr "${lr}"
+sleep 1
+echo "lr=${lr} loss=$(awk -v lr="${lr}" 'BEGIN { printf "%.4f", 1 / (1 + 100 * lr) }')"
+""",
+)
+
 BUILTIN_TEMPLATES: dict[str, BuiltinTemplate] = {
-    template.id: template for template in (GPU_SMOKE_TEST, PYTORCH_TRAINING, PARAMETER_SWEEP)
+    template.id: template for template in (GPU_SMOKE_TEST, PYTORCH_TRAINING, PARAMETER_SWEEP, ARRAY_SWEEP)
 }

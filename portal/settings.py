@@ -380,6 +380,8 @@ SLURM_HTTP_MAX_CONNECTIONS = env_int("SLURM_HTTP_MAX_CONNECTIONS", 10)
 # Jobs: limits on what a submission may carry, and how the workers deliver and follow jobs.
 JOB_SCRIPT_MAX_BYTES = env_int("JOB_SCRIPT_MAX_BYTES", 256 * 1024)
 JOB_ENVIRONMENT_MAX_BYTES = env_int("JOB_ENVIRONMENT_MAX_BYTES", 64 * 1024)
+# Job arrays: every task index must be below this (Slurm's MaxArraySize, 1001 by default: indexes 0-1000).
+JOB_ARRAY_MAX_SIZE = env_int("JOB_ARRAY_MAX_SIZE", 1001)
 # How long one worker holds a job while submitting it; after that another may take over (and looks first).
 JOB_SUBMIT_LEASE_SECONDS = env_int("JOB_SUBMIT_LEASE_SECONDS", 60)
 # A queued job whose retry is this overdue (its message lost with Redis or a killed worker) is requeued.

@@ -100,21 +100,27 @@ class LedgerEntry(models.Model):
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # A job array's task: an array reserves, releases and is charged task by task. None for a plain job.
+    array_task = models.PositiveIntegerField(null=True, blank=True)
     note = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["id"]
         constraints = [
-            # A job is charged once, whatever happens to workers, retries and imports.
+            # A job (an array: each task) is charged once, whatever happens to workers, retries and imports.
             models.UniqueConstraint(
-                fields=["job"], condition=Q(kind="charge", job__isnull=False), name="ledger_one_charge_per_job"
+                fields=["job", "array_task"],
+                condition=Q(kind="charge", job__isnull=False),
+                name="ledger_one_charge_per_job",
+                nulls_distinct=False,
             ),
-            # One reservation and one release of it per job and allocation (a job can move to the next period).
+            # One reservation and one release of it per job (task) and allocation (it can move to the next period).
             models.UniqueConstraint(
-                fields=["allocation", "job", "kind"],
+                fields=["allocation", "job", "array_task", "kind"],
                 condition=Q(kind__in=["reserve", "release"], job__isnull=False),
                 name="ledger_one_reservation_per_job",
+                nulls_distinct=False,
             ),
             models.CheckConstraint(
                 condition=Q(kind="grant") | Q(gpu_seconds__gte=0), name="ledger_only_grants_negative"

@@ -10,6 +10,7 @@ the ledger, so a repeated import, a retried task or a second worker changes noth
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -221,8 +222,24 @@ def allocation_for(*, candidates: list[Allocation], gpu_type: str | None) -> All
 
 
 def job_gpu_seconds_needed(job: Job) -> int:
-    """What a job may use at most, and so what it reserves: its GPUs for its whole time limit."""
+    """What a job may use at most, and so what it reserves: its GPUs for its whole time limit (an array: times its
+    number of tasks)."""
+    return task_gpu_seconds_needed(job) * max(job.array_task_count, 1)
+
+
+def task_gpu_seconds_needed(job: Job) -> int:
+    """What one run of the job (a plain job, or one task of an array) may use: its GPUs for its time limit."""
     return job.gpus * job.time_limit_minutes * 60
+
+
+def _array_tasks(job: Job) -> list[int | None]:
+    """The ledger's `array_task` of each reservation a job holds: its tasks' indexes, or [None] for a plain job."""
+    if not job.array_task_count:
+        return [None]
+    indexes: list[int] | None = getattr(job, "array_indexes", None)
+    if indexes is None:
+        indexes = list(job.array_tasks.order_by("index").values_list("index", flat=True))
+    return list(indexes)
 
 
 @dataclass(frozen=True)
@@ -263,8 +280,9 @@ def quota_reserve(*, job: Job, gpu_type: str | None, now: datetime) -> Reservati
 
 
 # The common case of every submission in one statement: choose the allocation as `allocation_for` does (the
-# job's own GPU type before any type), take the GPU-seconds only if they are left, and write the ledger row
-# and add it to the allocation's day (as `ledger_add` does).
+# job's own GPU type before any type), take the GPU-seconds only if they are left, and write the ledger row (an
+# array: one row per task, each released or charged when its task ends) and add them to the allocation's day (as
+# `ledger_add_many` does).
 # The UPDATE's row lock serialises reservers; under it PostgreSQL re-checks the balance on the newest row.
 _RESERVE_SQL = """
 WITH chosen AS (
@@ -281,8 +299,10 @@ WITH chosen AS (
             >= %(needed)s
     RETURNING allocation.*
 ), entry AS (
-    INSERT INTO {ledger} (allocation_id, project_id, cluster_id, kind, gpu_seconds, job_id, note, created_at)
-    SELECT id, project_id, cluster_id, %(kind)s, %(needed)s, %(job)s, 'accepted', %(now)s FROM held
+    INSERT INTO {ledger}
+        (allocation_id, project_id, cluster_id, kind, gpu_seconds, job_id, array_task, note, created_at)
+    SELECT id, project_id, cluster_id, %(kind)s, %(each)s, %(job)s, task, 'accepted', %(now)s
+    FROM held, unnest(%(tasks)s::integer[]) AS task
 ), daily AS (
     INSERT INTO {daily} (allocation_id, day, reserved_gpu_seconds, charged_gpu_seconds, released_gpu_seconds)
     SELECT id, %(day)s, %(needed)s, 0, 0 FROM held
@@ -304,6 +324,8 @@ def _reserve_if_it_fits(*, job: Job, gpu_type: str | None, needed: int, now: dat
         "today": now.date(),
         "gpu_type": gpu_type or "",
         "needed": needed,
+        "each": task_gpu_seconds_needed(job),
+        "tasks": _array_tasks(job),
         "kind": LedgerKind.RESERVE.value,
         "job": job.pk,
         "now": now,
@@ -364,11 +386,23 @@ def _exceeded_message(*, job: Job, allocation: Allocation, needed: int) -> str:
     remaining = max(allocation.remaining_gpu_seconds, 0)
     kind = f" ({allocation.gpu_type} GPUs)" if allocation.gpu_type else ""
     left = f"{format_gpu_hours(remaining)} GPU-hours left" if remaining else "no GPU-hours left"
+    shape = f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} x {job.time_limit_minutes} min"
+    if job.array_task_count:
+        fitting = array_tasks_that_fit(
+            task_gpu_seconds=task_gpu_seconds_needed(job),
+            task_count=job.array_task_count,
+            remaining_gpu_seconds=remaining,
+        )
+        return (
+            f"This array needs {format_gpu_hours(needed)} GPU-hours ({job.array_task_count} tasks x {shape}); "
+            f"{job.project.slug} has {left} on cluster {job.cluster.name}{kind} until "
+            f"{allocation.ends_on.isoformat()}, enough for {fitting} of its tasks; ask for at most {fitting} tasks, "
+            f"fewer GPUs or a shorter time limit, or request more at {allocation_requests_path(allocation)}."
+        )
     return (
-        f"This job needs {format_gpu_hours(needed)} GPU-hours ({job.gpus} GPU{'s' if job.gpus != 1 else ''} x "
-        f"{job.time_limit_minutes} min); {job.project.slug} has {left} on cluster {job.cluster.name}{kind} until "
-        f"{allocation.ends_on.isoformat()}; request more at {allocation_requests_path(allocation)}, "
-        "or ask for fewer GPUs or a shorter time limit."
+        f"This job needs {format_gpu_hours(needed)} GPU-hours ({shape}); {job.project.slug} has {left} on "
+        f"cluster {job.cluster.name}{kind} until {allocation.ends_on.isoformat()}; request more at "
+        f"{allocation_requests_path(allocation)}, or ask for fewer GPUs or a shorter time limit."
     )
 
 
@@ -381,35 +415,60 @@ _DAILY_COLUMN = {
 
 
 def ledger_add(**fields: Any) -> LedgerEntry:
-    """Add one ledger entry and, in the same transaction, its GPU-seconds to its allocation's day (LedgerDaily).
-    Every writer of the ledger goes through here; callers hold the allocation's row lock, so the day's row is
-    never raced for."""
-    entry = LedgerEntry.objects.create(**fields)
-    column = _DAILY_COLUMN.get(LedgerKind(entry.kind))
-    if entry.allocation_id is not None and column is not None:
-        added = {name: entry.gpu_seconds if name == column else 0 for name in _DAILY_COLUMN.values()}
+    """Add one ledger entry and its GPU-seconds to its allocation's day (`ledger_add_many`)."""
+    return ledger_add_many([LedgerEntry(**fields)])[0]
+
+
+def ledger_add_many(entries: Iterable[LedgerEntry]) -> list[LedgerEntry]:
+    """Add ledger entries and, in the same transaction, their GPU-seconds to their allocations' days (LedgerDaily),
+    in one insert and one upsert whatever their number (an array's tasks). Every writer of the ledger goes through
+    here; callers hold the allocations' row locks, so a day's row is never raced for."""
+    created = LedgerEntry.objects.bulk_create(list(entries))
+    days: dict[tuple[int, date], dict[str, int]] = {}  # the GPU-seconds each day of an allocation gains, by column
+    for entry in created:
+        column = _DAILY_COLUMN.get(LedgerKind(entry.kind))
+        if entry.allocation_id is None or column is None:
+            continue
+        sums = days.setdefault(
+            (entry.allocation_id, entry.created_at.astimezone(UTC).date()), dict.fromkeys(_DAILY_COLUMN.values(), 0)
+        )
+        sums[column] += entry.gpu_seconds
+    if days:
+        columns = list(_DAILY_COLUMN.values())
+        rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(days))
+        updates = ", ".join(f"{name} = quotas_ledgerdaily.{name} + EXCLUDED.{name}" for name in columns)
+        parameters: list[Any] = []
+        for (allocation_id, day), sums in days.items():
+            parameters += [allocation_id, day, *sums.values()]
         with connection.cursor() as cursor:
             cursor.execute(
-                f"""
-                INSERT INTO quotas_ledgerdaily (allocation_id, day, {", ".join(added)}) VALUES (%s, %s, %s, %s, %s)
-                ON CONFLICT (allocation_id, day)
-                DO UPDATE SET {column} = quotas_ledgerdaily.{column} + EXCLUDED.{column}
-                """,  # noqa: S608
-                [entry.allocation_id, entry.created_at.astimezone(UTC).date(), *added.values()],
+                f"INSERT INTO quotas_ledgerdaily (allocation_id, day, {', '.join(columns)}) VALUES {rows} "  # noqa: S608
+                f"ON CONFLICT (allocation_id, day) DO UPDATE SET {updates}",
+                parameters,
             )
-    return entry
+    return created
+
+
+def array_tasks_that_fit(*, task_gpu_seconds: int, task_count: int, remaining_gpu_seconds: int) -> int:
+    """How many of an array's tasks the remaining GPU-seconds hold, each reserving its GPUs for its time limit."""
+    return min(max(remaining_gpu_seconds, 0) // task_gpu_seconds, task_count) if task_gpu_seconds else task_count
 
 
 def _reserve(*, allocation: Allocation, job: Job, gpu_seconds: int, note: str) -> None:
-    """Record a reservation on a locked allocation (its balances as read under the lock)."""
-    ledger_add(
-        allocation=allocation,
-        project_id=allocation.project_id,
-        cluster_id=allocation.cluster_id,
-        kind=LedgerKind.RESERVE,
-        gpu_seconds=gpu_seconds,
-        job=job,
-        note=note,
+    """Record a reservation on a locked allocation (its balances as read under the lock); an array's, task by task."""
+    tasks = _array_tasks(job)
+    ledger_add_many(
+        LedgerEntry(
+            allocation=allocation,
+            project_id=allocation.project_id,
+            cluster_id=allocation.cluster_id,
+            kind=LedgerKind.RESERVE,
+            gpu_seconds=gpu_seconds // len(tasks),
+            job=job,
+            array_task=task,
+            note=note,
+        )
+        for task in tasks
     )
     Allocation.objects.filter(pk=allocation.pk).update(reserved_gpu_seconds=F("reserved_gpu_seconds") + gpu_seconds)
     used = allocation.charged_gpu_seconds + allocation.reserved_gpu_seconds
@@ -445,28 +504,27 @@ def quota_reserve_found(*, job: Job, now: datetime, note: str = "found in Slurm"
 # Ending: release and charge ------------------------------------------------------------------------------
 
 
-def _open_reservations(job: Job) -> list[LedgerEntry]:
-    entries = list(LedgerEntry.objects.filter(job=job, kind__in=[LedgerKind.RESERVE, LedgerKind.RELEASE]))
-    released = {entry.allocation_id for entry in entries if entry.kind == LedgerKind.RELEASE}
-    return [entry for entry in entries if entry.kind == LedgerKind.RESERVE and entry.allocation_id not in released]
+def _open_reservations(job: Job, *, tasks: set[int] | None = None) -> list[LedgerEntry]:
+    """The job's reservations not released yet (an array's: of every task, or of `tasks`)."""
+    entries = LedgerEntry.objects.filter(job=job, kind__in=[LedgerKind.RESERVE, LedgerKind.RELEASE])
+    if tasks is not None:
+        entries = entries.filter(array_task__in=tasks)
+    return open_reservations_of(list(entries))
+
+
+def open_reservations_of(entries: list[LedgerEntry]) -> list[LedgerEntry]:
+    """The reserve entries among `entries` (one job's reserves and releases) that no release gives back."""
+    released = {(entry.allocation_id, entry.array_task) for entry in entries if entry.kind == LedgerKind.RELEASE}
+    return [
+        entry
+        for entry in entries
+        if entry.kind == LedgerKind.RESERVE and (entry.allocation_id, entry.array_task) not in released
+    ]
 
 
 def _release(*, reservation: LedgerEntry, note: str) -> None:
     """Give a reservation back; the allocation must be locked."""
-    allocation_id = reservation.allocation_id
-    assert allocation_id is not None, "a reservation always belongs to an allocation"
-    ledger_add(
-        allocation_id=reservation.allocation_id,
-        project_id=reservation.project_id,
-        cluster_id=reservation.cluster_id,
-        kind=LedgerKind.RELEASE,
-        gpu_seconds=reservation.gpu_seconds,
-        job_id=reservation.job_id,
-        note=note,
-    )
-    Allocation.objects.filter(pk=allocation_id).update(
-        reserved_gpu_seconds=F("reserved_gpu_seconds") - reservation.gpu_seconds
-    )
+    _release_all([reservation], note=note)
 
 
 def _lock(allocation_ids: set[int | None]) -> None:
@@ -486,8 +544,7 @@ def quota_release(*, job: Job, note: str) -> int:
         open_entries = _open_reservations(job)
         _lock({entry.allocation_id for entry in open_entries})
         open_entries = _open_reservations(job)  # again, under the lock
-        for entry in open_entries:
-            _release(reservation=entry, note=note)
+        _release_all(open_entries, note=note)
     return sum(entry.gpu_seconds for entry in open_entries)
 
 
@@ -548,6 +605,107 @@ def quota_charge(*, job: Job, gpu_seconds: int, now: datetime, note: str) -> boo
     return True
 
 
+def quota_release_tasks(*, job: Job, tasks: set[int], note: str) -> int:
+    """Give back the reservations of these tasks of an array (they never ran). Returns GPU-seconds released."""
+    with transaction.atomic():
+        open_entries = _open_reservations(job, tasks=tasks)
+        _lock({entry.allocation_id for entry in open_entries})
+        open_entries = _open_reservations(job, tasks=tasks)  # again, under the lock
+        _release_all(open_entries, note=note)
+    return sum(entry.gpu_seconds for entry in open_entries)
+
+
+def _release_all(entries: list[LedgerEntry], *, note: str) -> None:
+    """`_release` for many reservations in one insert and one update per allocation (locked by the caller)."""
+    ledger_add_many(
+        LedgerEntry(
+            allocation_id=entry.allocation_id,
+            project_id=entry.project_id,
+            cluster_id=entry.cluster_id,
+            kind=LedgerKind.RELEASE,
+            gpu_seconds=entry.gpu_seconds,
+            job_id=entry.job_id,
+            array_task=entry.array_task,
+            note=note,
+        )
+        for entry in entries
+    )
+    by_allocation: dict[int, int] = {}
+    for entry in entries:
+        assert entry.allocation_id is not None, "a reservation always belongs to an allocation"
+        by_allocation[entry.allocation_id] = by_allocation.get(entry.allocation_id, 0) + entry.gpu_seconds
+    for allocation_id, gpu_seconds in by_allocation.items():
+        Allocation.objects.filter(pk=allocation_id).update(reserved_gpu_seconds=F("reserved_gpu_seconds") - gpu_seconds)
+
+
+@dataclass(frozen=True)
+class TaskCharge:
+    """What one ended task of an array really used, from Slurm's accounting."""
+
+    gpu_seconds: int
+    note: str
+
+
+def quota_charge_tasks(*, job: Job, charges: dict[int, TaskCharge], now: datetime) -> int:
+    """Replace the reservations of these ended tasks of an array by what each really used, in a constant number of
+    statements whatever their number. A task charged before is skipped (charging is idempotent, per task, by a
+    database constraint). Returns how many tasks were charged now."""
+    if not charges:
+        return 0
+    for index, charge in charges.items():
+        if charge.gpu_seconds < 0:
+            raise ValueError(f"negative usage {charge.gpu_seconds} for task {index} of job {job.pk}")
+    with transaction.atomic():
+        open_entries = _open_reservations(job, tasks=set(charges))
+        target_id: int | None = open_entries[-1].allocation_id if open_entries else None
+        if target_id is None:
+            candidates = allocations_current(
+                project_id=job.project_id, cluster_id=job.cluster_id, now=job.ended_at or now
+            )
+            chosen = allocation_for(candidates=candidates, gpu_type=job.gpu_type or None) or (
+                candidates[0] if candidates else None
+            )
+            target_id = chosen.pk if chosen else None
+        _lock({target_id, *(entry.allocation_id for entry in open_entries)})
+        charged_before = set(
+            LedgerEntry.objects.filter(job=job, kind=LedgerKind.CHARGE, array_task__in=list(charges)).values_list(
+                "array_task", flat=True
+            )
+        )
+        due = {index: charge for index, charge in charges.items() if index not in charged_before}
+        if not due:
+            return 0
+        target = Allocation.objects.filter(pk=target_id).first() if target_id is not None else None
+        releasing = [entry for entry in _open_reservations(job, tasks=set(due))]
+        _release_all(releasing, note="replaced by the charge")
+        ledger_add_many(
+            LedgerEntry(
+                allocation_id=target_id,
+                project_id=job.project_id,
+                cluster_id=job.cluster_id,
+                kind=LedgerKind.CHARGE,
+                gpu_seconds=charge.gpu_seconds,
+                job=job,
+                array_task=index,
+                note=charge.note,
+                created_at=now,
+            )
+            for index, charge in due.items()
+        )
+        if target is not None:
+            used_seconds = sum(charge.gpu_seconds for charge in due.values())
+            released_on_target = sum(entry.gpu_seconds for entry in releasing if entry.allocation_id == target.pk)
+            Allocation.objects.filter(pk=target.pk).update(charged_gpu_seconds=F("charged_gpu_seconds") + used_seconds)
+            used = target.charged_gpu_seconds + target.reserved_gpu_seconds
+            if crosses_alert_threshold(
+                granted=target.granted_gpu_seconds,
+                used_before=used,
+                used_after=used - released_on_target + used_seconds,
+            ):
+                _schedule_alerts(target.pk)
+    return len(due)
+
+
 # Period rollover ----------------------------------------------------------------------------------------
 
 
@@ -576,9 +734,11 @@ def quota_carry_over(*, now: datetime) -> int:
             entries = list(
                 LedgerEntry.objects.filter(allocation=old, kind__in=[LedgerKind.RESERVE, LedgerKind.RELEASE])
             )
-            released = {entry.job_id for entry in entries if entry.kind == LedgerKind.RELEASE}
+            released = {(entry.job_id, entry.array_task) for entry in entries if entry.kind == LedgerKind.RELEASE}
             for entry in entries:
-                if entry.kind != LedgerKind.RESERVE or entry.job_id in released or entry.job_id is None:
+                if entry.kind != LedgerKind.RESERVE or (entry.job_id, entry.array_task) in released:
+                    continue
+                if entry.job_id is None:
                     continue
                 _release(reservation=entry, note=f"carried into the period from {successor.starts_on}")
                 ledger_add(
@@ -588,6 +748,7 @@ def quota_carry_over(*, now: datetime) -> int:
                     kind=LedgerKind.RESERVE,
                     gpu_seconds=entry.gpu_seconds,
                     job_id=entry.job_id,
+                    array_task=entry.array_task,
                     note=f"carried over from the period ending {old.ends_on}",
                 )
                 Allocation.objects.filter(pk=successor.pk).update(

@@ -252,10 +252,14 @@ class SlurmClient:
             return None
         return listing
 
-    def cancel_job(self, *, user: str, job_id: int) -> None:
-        """Cancel the job; one that is already ending (completing, completed) is left as it is, without an error."""
+    def cancel_job(self, *, user: str, job_id: int, array_task: int | None = None) -> None:
+        """Cancel the job; one that is already ending (completing, completed) is left as it is, without an error.
+
+        `array_task`: cancel only this task of the array `job_id` (`scancel 12_7`; every version takes the
+        `<array job id>_<task>` form in the path, started or still pending)."""
+        target = f"{int(job_id)}_{int(array_task)}" if array_task is not None else str(int(job_id))
         try:
-            body = self._call("DELETE", f"{self.codec.slurm_prefix}/job/{int(job_id)}", user=user)
+            body = self._call("DELETE", f"{self.codec.slurm_prefix}/job/{target}", user=user)
         except SlurmRejected as exc:
             if any(message.error_number == _ALREADY_DONE for message in exc.messages):
                 return

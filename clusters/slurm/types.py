@@ -119,6 +119,8 @@ class JobSubmission:
     memory_mb: int | None = None
     nodes: int = 1
     hold: bool = False
+    # A job array's index expression as `sbatch --array` takes it ("0-99%10", "1,5,9"); "" for a plain job.
+    array: str = ""
 
     @property
     def gpu_spec(self) -> str:
@@ -162,6 +164,13 @@ class SlurmJob:
     gpu_indices: tuple[tuple[str, tuple[int, ...]], ...] = ()
     # A pending job's start_time: the backfill scheduler's estimate of when it will start (None: none yet).
     expected_start_time: datetime | None = None
+    # Job arrays: every record of one array shares `array_job_id` (the id the submission returned). A task that
+    # Slurm has started (or finished) is a record of its own with its `array_task_id`; the tasks still waiting
+    # share one record whose `array_task_id` is None and whose `array_task_string` names them ("2-19%4").
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_task_string: str = ""
+    array_max_tasks: int | None = None  # the `%N` cap; None without one
 
 
 @dataclass(frozen=True)
@@ -196,6 +205,8 @@ class AccountingRecord:
     # From the steps' TRES usage (gres/gpuutil, gres/gpumem) where the cluster records it; None: not recorded.
     gpu_utilisation_percent: float | None = None
     gpu_memory_peak_bytes: int | None = None
+    array_job_id: int | None = None  # the array this record is a task of (each task has its own record)
+    array_task_id: int | None = None
 
     @property
     def gpu_seconds(self) -> int:

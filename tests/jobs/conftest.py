@@ -16,7 +16,7 @@ from clusters.accounts import project_slurm_sync
 from clusters.clients import slurm_client_for
 from clusters.models import Cluster, ClusterAccount
 from clusters.services import cluster_check, cluster_sync_inventory
-from clusters.slurm import SlurmClient, SlurmError
+from clusters.slurm import SlurmClient, SlurmError, SlurmNotFound
 from jobs.job_sync import SyncResult, cluster_jobs_sync
 from jobs.models import Job
 from tenants.models import Project
@@ -168,7 +168,10 @@ def _remove_from_slurm(client: SlurmClient, *, account: str, parent: str, cluste
     listing = client.list_jobs()
     for job in listing.jobs if listing else ():
         if job.account == account and not job.state.is_finished:
-            client.cancel_job(user=client.admin_user, job_id=job.job_id)
+            try:
+                client.cancel_job(user=client.admin_user, job_id=job.job_id)
+            except SlurmNotFound:  # an array's task that ended or was cancelled since the listing
+                continue
     for name in (account, parent):
         for _ in range(40):  # slurmdbd refuses while a cancelled job is still completing
             try:

@@ -161,12 +161,13 @@ def test_a_rejection_names_the_field_and_what_to_do(
 
 
 def test_a_field_the_submit_does_not_know_is_refused_and_no_job_is_stored(project: Project, cluster: Cluster) -> None:
-    # A job array is not a plain submission's field: run silently as one job it would waste a sweep's hours.
-    response = _submit(_api(_member(project, cluster)), project, array="0-3")
+    # A field the portal does not know must not be dropped: run silently without it, the job would not be the one
+    # asked for (job arrays were such a field until they were built).
+    response = _submit(_api(_member(project, cluster)), project, priority="high")
 
     assert response.status_code == 400
-    assert list(response.json()["fields"]) == ["array"]
-    assert response.json()["fields"]["array"][0].startswith("This operation has no field 'array'; it takes: ")
+    assert list(response.json()["fields"]) == ["priority"]
+    assert response.json()["fields"]["priority"][0].startswith("This operation has no field 'priority'; it takes: ")
     assert not Job.objects.filter(project=project).exists()
 
 
@@ -432,12 +433,12 @@ def test_members_save_templates_and_see_them_with_the_built_ins(project: Project
     assert duplicate.status_code == 400
     assert duplicate.json()["fields"]["name"] == [f"Project '{label}' already has a template named 'nightly eval'."]
     listed = _api(viewer).get("/api/v1/job-templates/", {"project": label}).json()["results"]
-    builtins = ["gpu-smoke-test", "pytorch-multi-gpu-training", "parameter-sweep"]
+    builtins = ["gpu-smoke-test", "pytorch-multi-gpu-training", "parameter-sweep", "array-sweep"]
     assert [t["id"] for t in listed] == [*builtins, created.json()["id"]]
     assert listed[-1]["kind"] == "project"
     assert listed[-1]["created_by"] == member.username
     outsider_view = _api(make_user()).get("/api/v1/job-templates/").json()["results"]
-    assert [t["kind"] for t in outsider_view] == ["builtin"] * 3
+    assert [t["kind"] for t in outsider_view] == ["builtin"] * 4
 
 
 def test_only_the_author_or_a_manager_changes_a_template(project: Project, cluster: Cluster) -> None:

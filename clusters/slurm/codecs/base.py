@@ -167,6 +167,35 @@ def plain_number(value: Any) -> int | None:
     return number
 
 
+def _array_ids(job_id: Any, task_id: Any) -> tuple[int | None, int | None]:
+    # Slurm says 0 for "not an array", and an unset (NO_VAL) task id for the record of the tasks not started yet.
+    array_job_id = plain_number(job_id) or None
+    return array_job_id, plain_number(task_id) if array_job_id is not None else None
+
+
+def job_array_fields(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The array fields of a job info record (GET /job/{id}, /jobs), the same names in every version; a plain
+    number in v0.0.38, a `{set, infinite, number}` struct from v0.0.40."""
+    array_job_id, array_task_id = _array_ids(raw.get("array_job_id"), raw.get("array_task_id"))
+    task_string = raw.get("array_task_string")
+    return {
+        "array_job_id": array_job_id,
+        "array_task_id": array_task_id,
+        "array_task_string": task_string if isinstance(task_string, str) and array_job_id else "",
+        "array_max_tasks": (plain_number(raw.get("array_max_tasks")) or None) if array_job_id else None,
+    }
+
+
+def accounting_array_fields(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The array fields of an accounting record: `array: {job_id, task_id}` in every version (each task that
+    ran has a record of its own)."""
+    array = raw.get("array")
+    if not isinstance(array, dict):
+        return {"array_job_id": None, "array_task_id": None}
+    array_job_id, array_task_id = _array_ids(array.get("job_id"), array.get("task_id"))
+    return {"array_job_id": array_job_id, "array_task_id": array_task_id}
+
+
 def accounting_nodes(value: Any) -> str:
     """The node list of an accounting record: slurmdbd says "None assigned" for a job that never got nodes."""
     nodes = value if isinstance(value, str) else ""

@@ -8,12 +8,14 @@ from typing import Any
 from clusters.slurm.codecs.base import (
     Codec,
     Json,
+    accounting_array_fields,
     accounting_nodes,
     expand_hostlist,
     gpu_indices_by_node,
     gpu_usage_in_steps,
     gpus_in,
     gpus_in_tres_list,
+    job_array_fields,
     messages_from,
     plain_number,
     shell_exit_code,
@@ -93,6 +95,8 @@ class DataParserCodec(Codec):
             "nodes": str(submission.nodes),
             "hold": submission.hold,
         }
+        if submission.array:
+            job["array"] = submission.array
         if submission.gpus:
             # These versions have no `gpus`/`gres` job fields: slurmrestd would drop them with a mere
             # warning. `tres_per_job` is what `sbatch --gpus` sends.
@@ -153,6 +157,7 @@ class DataParserCodec(Codec):
             restart_count=plain_number(raw.get("restart_cnt")) or 0,
             gpu_indices=gpu_indices_by_node(nodes=nodes, gres_detail=_gres_strings(raw.get("gres_detail"))),
             expected_start_time=timestamp(raw.get("start_time")) if state is JobState.PENDING else None,
+            **job_array_fields(raw),
         )
 
     def _job_gpus(self, raw: Json) -> tuple[int, str | None]:
@@ -240,6 +245,7 @@ class DataParserCodec(Codec):
             time_limit_minutes=plain_number(time.get("limit")),
             gpu_utilisation_percent=gpu_utilisation,
             gpu_memory_peak_bytes=gpu_memory,
+            **accounting_array_fields(raw),
         )
 
     # Cluster ----------------------------------------------------------------------------------------

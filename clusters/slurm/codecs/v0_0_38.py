@@ -9,12 +9,14 @@ from typing import Any
 from clusters.slurm.codecs.base import (
     Codec,
     Json,
+    accounting_array_fields,
     accounting_nodes,
     expand_hostlist,
     gpu_indices_by_node,
     gpu_usage_in_steps,
     gpus_in,
     gpus_in_tres_list,
+    job_array_fields,
     messages_from,
     plain_number,
     shell_exit_code,
@@ -102,6 +104,8 @@ class V0038Codec(Codec):
             job["memory_per_node"] = submission.memory_mb
         if submission.hold:
             job["hold"] = True
+        if submission.array:
+            job["array"] = submission.array
         return {"script": submission.script, "job": job}
 
     def decode_submit(self, body: Json) -> SubmitResult:
@@ -146,6 +150,7 @@ class V0038Codec(Codec):
             restart_count=plain_number(raw.get("restart_cnt")) or 0,
             gpu_indices=gpu_indices_by_node(nodes=raw.get("nodes") or "", gres_detail=raw.get("gres_detail")),
             expected_start_time=timestamp(raw.get("start_time")) if state is JobState.PENDING else None,
+            **job_array_fields(raw),
         )
 
     def decode_accounting_jobs(self, body: Json) -> list[AccountingRecord]:
@@ -178,6 +183,7 @@ class V0038Codec(Codec):
             time_limit_minutes=plain_number(time.get("limit")),
             gpu_utilisation_percent=gpu_utilisation,
             gpu_memory_peak_bytes=gpu_memory,
+            **accounting_array_fields(raw),
         )
 
     # Cluster -----------------------------------------------------------------------------------

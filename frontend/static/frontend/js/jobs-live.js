@@ -96,6 +96,13 @@
       return row;
     }
 
+    // As frontend/jobs/_array_progress.html words it.
+    function progressText(progress) {
+      const count = (key) => progress[key] || 0;
+      const cancelled = count("cancelled") ? `, ${count("cancelled")} cancelled` : "";
+      return `${count("completed")} done, ${count("failed")} failed, ${count("running")} running, ${count("pending")} pending${cancelled}`;
+    }
+
     function update(job) {
       const row = rows.querySelector(`tr[data-job-id="${job.id}"]`);
       if (row) {
@@ -103,6 +110,8 @@
         if (badge && badge.textContent !== (labels[job.state] || job.state)) setBadge(badge, job.state);
         setTime(row.querySelector("[data-field='started_at']"), job.started_at);
         setTime(row.querySelector("[data-field='ended_at']"), job.ended_at);
+        const progress = row.querySelector("[data-field='array_progress']");
+        if (progress && job.array_progress) progress.textContent = progressText(job.array_progress);
         return;
       }
       // A job the page has not seen: new since the page was drawn (older active ones are in `known`).

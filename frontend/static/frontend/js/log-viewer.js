@@ -263,7 +263,9 @@
   function connect() {
     const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
     const query = `stdout_offset=${offsets.stdout}&stderr_offset=${offsets.stderr}`;
-    socket = new WebSocket(`${scheme}//${window.location.host}${config.socket}?${query}`);
+    // An array's page names its task in the socket's own query (?task=7): the offsets join it.
+    const joiner = config.socket.includes("?") ? "&" : "?";
+    socket = new WebSocket(`${scheme}//${window.location.host}${config.socket}${joiner}${query}`);
     socket.addEventListener("open", () => {
       attempts = 0;
       showLive();
