@@ -22,6 +22,7 @@ from jobs.arrays import ArrayExpressionError, array_parse
 from jobs.models import Job, JobArrayTask, JobState
 from jobs.quota_usage import quota_usage_collect
 from quotas.models import Allocation, LedgerEntry, LedgerKind
+from quotas.usage import ledger_daily_mismatches
 from tests.factories import make_job, make_matrix_cluster, unique_slug
 from tests.jobs.conftest import LiveProject
 from tests.jobs.test_log_socket import SAME_ORIGIN, jobs_application, session_cookie
@@ -121,6 +122,8 @@ def test_an_array_of_20_tasks_capped_at_4_runs_at_most_4_at_once_is_charged_per_
     allocation = Allocation.objects.get(project=contract_project.project, cluster=cluster)
     assert allocation.reserved_gpu_seconds == 0
     assert allocation.charged_gpu_seconds == sum(used.values())
+    # The allocation's days (burn-down) took every task's reservation, release and charge.
+    assert ledger_daily_mismatches() == []
 
     # Each task's log: the download and the WebSocket.
     download = contract_project.api.get(f"/api/v1/jobs/{job.pk}/log/?task=7")
@@ -163,6 +166,7 @@ def test_one_task_is_cancelled_and_the_others_go_on_then_the_whole_array(
     quota_usage_collect(cluster=cluster, client=slurm_client_for(cluster))
     released = LedgerEntry.objects.filter(job=job, kind=LedgerKind.RELEASE, note="task never ran")
     assert sorted(index or 0 for index in released.values_list("array_task", flat=True)) == [1, 2, 3]
+    assert ledger_daily_mismatches() == []
 
 
 @pytest.mark.cluster
@@ -211,13 +215,14 @@ def test_an_array_that_cannot_fit_is_refused_saying_how_many_tasks_would(
     shape = {key: value for key, value in body.items() if key != "script"}
     estimate = live_project.api.post("/api/v1/estimates/", shape, format="json").json()
     assert (estimate["array_tasks"], estimate["array_tasks_that_fit"], estimate["fits"]) == (100, 30, False)
-    assert "enough for 30 of its 100 tasks" in estimate["message"]
 
     response = live_project.api.post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 409
     assert response.json()["code"] == "quota_exceeded"
     assert "(100 tasks x 1 GPU x 2 min)" in response.json()["message"]
     assert "enough for 30 of its tasks; ask for at most 30 tasks" in response.json()["message"]
+    # The estimate's verdict is the submission's refusal, in the same words.
+    assert estimate["message"].endswith(response.json()["message"])
     assert not Job.objects.filter(project=live_project.project).exists()
 
     accepted = live_project.api.post("/api/v1/jobs/", {**body, "array": "0-29"}, format="json")

@@ -122,10 +122,12 @@ def test_changes_are_validated_like_a_submission_and_unknown_fields_refused_by_n
     )
 
     before = Job.objects.count()
-    unknown = _rerun(team, array="0-3", project="acme/other")
+    unknown = _rerun(team, priority="high", project="acme/other")
     assert unknown.status_code == 400
-    assert sorted(unknown.json()["fields"]) == ["array", "project"]
-    assert unknown.json()["fields"]["array"][0].startswith("This operation has no field 'array'; it takes: cluster,")
+    assert sorted(unknown.json()["fields"]) == ["priority", "project"]
+    assert unknown.json()["fields"]["priority"][0].startswith(
+        "This operation has no field 'priority'; it takes: cluster,"
+    )
     too_many = _rerun(team, gpus=9)
     assert too_many.status_code == 400
     assert too_many.json()["fields"]["gpus"] == [
@@ -258,3 +260,20 @@ def test_a_rerun_of_a_finished_job_reaches_slurm_and_keeps_the_link(
     assert Path(rerun.stdout_path).read_text() == "first\n"
     detail = live_project.api.get(f"/api/v1/jobs/{original.pk}/").json()
     assert detail["reruns"] == [str(rerun.pk)]
+
+
+def test_a_rerun_of_an_array_runs_the_same_tasks_unless_told_otherwise(team: Team) -> None:
+    Job.objects.filter(pk=team.job.pk).update(array="0-9%2", array_task_count=10, array_max_running=2)
+    same = _rerun(team, gpus=1, time_limit_minutes=10)
+    assert same.status_code == 202, same.json()
+    assert (same.json()["array"], same.json()["array_tasks"], same.json()["array_max_running"]) == ("0-9%2", 10, 2)
+    fewer = _rerun(team, gpus=1, time_limit_minutes=10, array="0-3")
+    assert fewer.status_code == 202, fewer.json()
+    assert (fewer.json()["array"], fewer.json()["array_tasks"], fewer.json()["rerun_of"]) == (
+        "0-3",
+        4,
+        str(team.job.pk),
+    )
+    bad = _rerun(team, array="5-2")
+    assert bad.status_code == 400
+    assert list(bad.json()["fields"]) == ["array"]
