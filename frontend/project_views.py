@@ -241,7 +241,7 @@ def project_efficiency_policy(request: HttpRequest, tenant: str, project: str) -
     """Managers and tenant admins change the project's idle-GPU policy."""
     found = _project(request, tenant, project, ProjectAction.MANAGE)
     form = EfficiencyPolicyForm(request.POST)
-    values = {name: request.POST.get(name, "") for name in form.fields}
+    values: dict[str, Any] = {name: request.POST.get(name, "") for name in form.fields}
     values |= {name: name in request.POST for name in ("notify_managers", "end_idle_jobs")}
     if not form.is_valid():
         return _project_detail_page(request, found, policy_values=values, policy_errors=_form_errors(form), status=400)

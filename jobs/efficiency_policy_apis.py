@@ -41,9 +41,7 @@ class EfficiencyPolicyInput(BodyInput):
 
 
 @extend_schema_view(
-    get=extend_schema(
-        summary="Read a project's idle-GPU policy", responses={200: EfficiencyPolicyOutput, **ERRORS}
-    ),
+    get=extend_schema(summary="Read a project's idle-GPU policy", responses={200: EfficiencyPolicyOutput, **ERRORS}),
     patch=extend_schema(
         summary="Change a project's idle-GPU policy (project managers, tenant admins)",
         description="Only the fields given change; each change is in the audit log.",
