@@ -48,7 +48,9 @@ def test_a_tenant_admin_reads_the_months_idle_cost_and_downloads_it_and_another_
     assert download.suggested_filename == f"efficiency-acme-{month}.csv"
     lines = Path(download.path()).read_text().splitlines()
     assert lines[0].startswith("job_id,name,project,cluster,user,started_at,ended_at,gpus,")
-    started, ended = (moment.isoformat() for moment in (world.finished.started_at, world.finished.ended_at))
+    assert world.finished.started_at is not None
+    assert world.finished.ended_at is not None
+    started, ended = world.finished.started_at.isoformat(), world.finished.ended_at.isoformat()
     assert lines[1:] == [
         f"{world.finished.pk},job,acme/vision,effpages,ann,{started},{ended},2,dcgm,25.0,21714,1.50,EUR,2.0000,3.00,"
         "no,0.00,0.00"
@@ -57,7 +59,8 @@ def test_a_tenant_admin_reads_the_months_idle_cost_and_downloads_it_and_another_
     outsider = make_user("olga")
     add_tenant_member(make_tenant("otherco", admin=make_user("oscar")), outsider)
     other = open_page(outsider, viewport="desktop")
-    for path in (f"/billing/efficiency/?scope=acme&month={month}", f"/api/v1/efficiency/csv/?month={month}&tenant=acme"):
+    csv_path = f"/api/v1/efficiency/csv/?month={month}&tenant=acme"
+    for path in (f"/billing/efficiency/?scope=acme&month={month}", csv_path):
         answer = other.goto(path)
         assert answer is not None
         assert answer.status == 404, path
