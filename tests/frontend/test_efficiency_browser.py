@@ -1,5 +1,6 @@
-"""The monthly GPU efficiency page in a real browser: a tenant admin reads the idle GPU-hours, their cost and the
-worst jobs, and downloads the CSV; a member of another tenant reaches neither the page nor the CSV."""
+"""GPU efficiency in a real browser: a tenant admin reads the month's idle GPU-hours, their cost and the worst jobs,
+and downloads the CSV, which a member of another tenant reaches neither; a manager sets the project's idle-GPU
+policy on a phone."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from jobs.models import ProjectEfficiencyPolicy
+from tenants.models import AuditEvent
 from tests.conftest import SentTask
-from tests.factories import add_tenant_member, make_tenant, make_user
+from tests.factories import add_project_member, add_tenant_member, make_project, make_tenant, make_user
 from tests.frontend.test_efficiency_pages import World
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -70,3 +73,37 @@ def test_a_tenant_admin_reads_the_months_idle_cost_and_downloads_it_and_another_
     assert answer.status == 403
     assert "acme" not in other.content()
     screenshot(other, "efficiency-outsider")
+
+
+def test_a_manager_sets_the_projects_idle_gpu_policy_on_a_phone(open_page: Any, screenshot: Any) -> None:
+    project = make_project(make_tenant("acme"), "vision")
+    manager = make_user("max")
+    add_project_member(project, manager, "manager")
+    page = open_page(manager, viewport="phone")
+    page.goto("/projects/acme/vision/")
+
+    page.get_by_label("End jobs whose GPUs all stay idle, warning their owner first").check()
+    limit = page.get_by_label("End after all GPUs idle for (minutes)")
+    limit.fill("10")
+    page.get_by_role("button", name="Save the idle-GPU policy").click()
+    assert (
+        page.locator("#policy-limit-error").inner_text() == "Give between 15 and 10080 minutes (a week); you gave 10."
+    )
+    assert limit.get_attribute("aria-invalid") == "true"
+    assert page.get_by_label("End jobs whose GPUs all stay idle, warning their owner first").is_checked()
+    assert not ProjectEfficiencyPolicy.objects.exists()
+    screenshot(page, "policy-refused-phone")
+
+    limit.fill("60")
+    page.get_by_role("button", name="Save the idle-GPU policy").click()
+    page.locator(".message-success").wait_for()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    screenshot(page, "policy-saved-phone")
+    policy = ProjectEfficiencyPolicy.objects.get(project=project)
+    assert (policy.notify_managers, policy.end_idle_jobs, policy.end_after_idle_seconds, policy.warning_seconds) == (
+        False,
+        True,
+        3600,
+        900,
+    )
+    assert AuditEvent.objects.get(action="project.efficiency_policy_updated").actor == manager
