@@ -28,6 +28,7 @@ from django.utils import timezone
 from django.utils.cache import patch_cache_control
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
+from jobs.efficiency_policy import efficiency_policy_of, efficiency_policy_update, efficiency_policy_values
 from jobs.selectors import job_template_list_for_user
 from portal.errors import Conflict
 from quotas.models import Allocation, QuotaRequestState
@@ -190,12 +191,32 @@ def project_list(request: HttpRequest) -> HttpResponse:
     return render(request, "frontend/projects/list.html", context)
 
 
+class EfficiencyPolicyForm(forms.Form):
+    # An unticked box is absent from the post: the form reads it as False, so the page's values are all sent.
+    notify_managers = forms.BooleanField(required=False)
+    end_idle_jobs = forms.BooleanField(required=False)
+    end_after_idle_minutes = forms.IntegerField(error_messages={"required": "Give the limit in minutes."})
+    warning_minutes = forms.IntegerField(min_value=0, error_messages={"required": "Give the warning in minutes."})
+
+
 @require_safe
 @login_required
 def project_detail(request: HttpRequest, tenant: str, project: str) -> HttpResponse:
-    """A project's overview: what it is, the user's role, its allocations with gauges, its job templates."""
+    return _project_detail_page(request, _project(request, tenant, project))
+
+
+def _project_detail_page(
+    request: HttpRequest,
+    found: Project,
+    *,
+    policy_values: dict[str, Any] | None = None,
+    policy_errors: Errors | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """A project's overview: what it is, the user's role, its allocations with gauges, its job templates, and its
+    idle-GPU policy (a form for those who may change it)."""
     user = _user(request)
-    found = _project(request, tenant, project)
+    tenant, project = found.tenant.slug, found.slug
     allocations = allocation_list_for_user(user=user).filter(project=found).order_by("-ends_on", "cluster__name")
     today = timezone.now().date()
     context = {
@@ -207,8 +228,30 @@ def project_detail(request: HttpRequest, tenant: str, project: str) -> HttpRespo
         "today": today,
         "may_submit": _may(lambda: _project(request, tenant, project, ProjectAction.SUBMIT)),
         "jobs_link": f"/jobs/?project={found.tenant.slug}/{found.slug}",
+        "policy": policy_values or efficiency_policy_values(efficiency_policy_of(project=found)),
+        "policy_errors": policy_errors or {},
+        "may_manage": _may(lambda: _project(request, tenant, project, ProjectAction.MANAGE)),
     }
-    return render(request, "frontend/projects/detail.html", context)
+    return render(request, "frontend/projects/detail.html", context, status=status)
+
+
+@require_POST
+@login_required
+def project_efficiency_policy(request: HttpRequest, tenant: str, project: str) -> HttpResponse:
+    """Managers and tenant admins change the project's idle-GPU policy."""
+    found = _project(request, tenant, project, ProjectAction.MANAGE)
+    form = EfficiencyPolicyForm(request.POST)
+    values: dict[str, Any] = {name: request.POST.get(name, "") for name in form.fields}
+    values |= {name: name in request.POST for name in ("notify_managers", "end_idle_jobs")}
+    if not form.is_valid():
+        return _project_detail_page(request, found, policy_values=values, policy_errors=_form_errors(form), status=400)
+    try:
+        efficiency_policy_update(actor=request.user, project=found, **form.cleaned_data)
+    except ValidationError as error:
+        errors = _service_errors(error)
+        return _project_detail_page(request, found, policy_values=values, policy_errors=errors, status=400)
+    messages.success(request, f"The idle-GPU policy of {found} is saved.")
+    return redirect("project-detail", tenant=tenant, project=project)
 
 
 # Project members -------------------------------------------------------------------------------------------
@@ -678,6 +721,11 @@ def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
 urlpatterns = [
     path("projects/", project_list, name="project-list"),
     path("projects/<str:tenant>/<str:project>/", project_detail, name="project-detail"),
+    path(
+        "projects/<str:tenant>/<str:project>/efficiency-policy/",
+        project_efficiency_policy,
+        name="project-efficiency-policy",
+    ),
     path("projects/<str:tenant>/<str:project>/members/", project_members, name="project-members"),
     path(
         "projects/<str:tenant>/<str:project>/members/<str:username>/",

@@ -4,7 +4,7 @@ Login and logout are Django's own views (see frontend/urls.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from django.contrib import messages
@@ -19,6 +19,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST, require_safe
 
 from billing.apis import invoice_data
+from billing.efficiency import efficiency_report
 from billing.selectors import invoice_get_for_user, invoice_lines
 from billing.spend import SpendScope, spend_daily, spend_period, spend_scope_for_user
 from jobs.selectors import job_list_own_for_user
@@ -59,6 +60,10 @@ class SpendLine:
     currency: str | None
     gpu_seconds: int
     problem: str = ""
+    # The month's idle GPU-hours of the scope's jobs and what they cost, per currency (the efficiency report's).
+    idle_gpu_hours: Decimal = Decimal(0)
+    idle_amounts: dict[str, Decimal] = field(default_factory=dict)
+    efficiency_link: str = ""
 
 
 @require_safe
@@ -121,24 +126,35 @@ def _spend_lines(
     """The month so far for every scope the spend API would answer this user for (billing/spend.py rules)."""
     today = timezone.now().date()
     start, end = spend_period(start=None, end=None, today=today)
+    # Each scope: its label, its value in the billing pages' select, and its scope.
     scopes: list[tuple[str, str, SpendScope]] = []
     if portal_admin:
-        scopes.append(("All tenants", "/billing/", spend_scope_for_user(user=user, all_allowed=True)))
+        scopes.append(("All tenants", "all", spend_scope_for_user(user=user, all_allowed=True)))
     for tenant in tenants:
         scope = spend_scope_for_user(user=user, tenant=tenant.slug)
-        scopes.append((f"Tenant {tenant.slug}", f"/billing/?scope={tenant.slug}", scope))
+        scopes.append((f"Tenant {tenant.slug}", tenant.slug, scope))
     for project in projects:
         label = f"{project.tenant.slug}/{project.slug}"
         scope = spend_scope_for_user(user=user, project=label)
-        scopes.append((f"Project {label}", f"/billing/?scope={label}", scope))
+        scopes.append((f"Project {label}", label, scope))
     lines = []
-    for label, link, scope in scopes[:DASHBOARD_SPEND_SCOPES]:
+    for label, value, scope in scopes[:DASHBOARD_SPEND_SCOPES]:
+        link = "/billing/" if value == "all" else f"/billing/?scope={value}"
         try:
             spend = spend_daily(scope=scope, start=start, end=end)
+            line = SpendLine(label, link, spend.total, spend.currency, spend.gpu_seconds)
         except ValidationError:
-            lines.append(SpendLine(label, link, None, None, 0, "priced in several currencies: see Billing"))
-            continue
-        lines.append(SpendLine(label, link, spend.total, spend.currency, spend.gpu_seconds))
+            line = SpendLine(label, link, None, None, 0, "priced in several currencies: see Billing")
+        idle = efficiency_report(scope=scope, month=today.replace(day=1), worst=0).totals
+        efficiency_link = f"/billing/efficiency/?scope={value}"
+        lines.append(
+            replace(
+                line,
+                idle_gpu_hours=idle.idle_gpu_hours,
+                idle_amounts=idle.idle_amounts,
+                efficiency_link=efficiency_link,
+            )
+        )
     return lines
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
+from jobs.efficiency_policy_apis import ProjectEfficiencyPolicyApi
 from jobs.job_apis import (
     JobArrayTaskCancelApi,
     JobArrayTaskListApi,
@@ -28,4 +29,9 @@ urlpatterns: list[URLPattern] = [
     path("jobs/<uuid:job_id>/tasks/<int:index>/cancel/", JobArrayTaskCancelApi.as_view(), name="api-job-task-cancel"),
     path("job-templates/", JobTemplateListApi.as_view(), name="api-job-templates"),
     path("job-templates/<str:template_id>/", JobTemplateDetailApi.as_view(), name="api-job-template"),
+    path(
+        "tenants/<str:tenant>/projects/<str:project>/efficiency-policy/",
+        ProjectEfficiencyPolicyApi.as_view(),
+        name="api-project-efficiency-policy",
+    ),
 ]

@@ -22,6 +22,13 @@ ALLOCATION = PROJECT + "allocations/<int:allocation_id>/"
 PAGES: dict[str, dict[str, Case]] = {
     "projects/": {"GET": Case(page_everyone(200))},
     PROJECT: {"GET": Case(page_only(200, PROJECT_VIEWERS))},
+    PROJECT + "efficiency-policy/": {
+        "POST": Case(
+            page_only(302, PROJECT_MANAGERS),
+            body=lambda w: {"notify_managers": "on", "end_after_idle_minutes": "60", "warning_minutes": "10"},
+            form=True,
+        )
+    },
     PROJECT + "members/": {
         "GET": Case(page_only(200, PROJECT_VIEWERS)),
         "POST": Case(

@@ -158,3 +158,17 @@ def test_the_job_api_says_which_jobs_idle_and_what_each_gpu_read(world: World) -
     assert detail["efficiency"]["utilisation_source"] == "dcgm"
     assert [(gpu["node"], gpu["gpu_index"], gpu["idle_seconds"]) for gpu in detail["gpus_used"]] == [("n1", 3, 3600)]
     assert api.get(f"/api/v1/jobs/{world.finished.pk}/").json()["gpus_used"] == []
+
+
+def test_the_dashboard_shows_this_months_idle_cost_to_those_who_read_the_spend(world: World) -> None:
+    manager = make_user("max")
+    add_project_member(world.vision, manager, "manager")
+    # This month: the running notebook's GPU idled 1 hour, at 2 EUR per GPU-hour.
+    idle_cost = (
+        '<td class="number">1.00</td>\n              <td class="number" data-field="idle-cost">'
+        '<a href="/billing/efficiency/?scope={scope}">2.00 EUR<span class="visually-hidden"> idle cost of {label}'
+    )
+
+    assert idle_cost.format(scope="acme", label="Tenant acme") in _html(world.tenant_admin, "/")
+    assert idle_cost.format(scope="acme/vision", label="Project acme/vision") in _html(manager, "/")
+    assert 'data-field="idle-cost"' not in _html(world.ann, "/")

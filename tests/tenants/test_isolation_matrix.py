@@ -32,7 +32,7 @@ from billing.models import Invoice, InvoiceLine, Rate, ReconciliationReport, Usa
 from billing.rates import rate_create
 from billing.usage import usage_import
 from jobs.job_services import JobRequest, job_submit
-from jobs.models import Job, JobTemplate
+from jobs.models import Job, JobTemplate, ProjectEfficiencyPolicy
 from portal.routing import websocket_urlpatterns
 from quotas.models import Allocation, LedgerEntry, QuotaRequest, TenantPool
 from quotas.requests import quota_request_create
@@ -224,6 +224,10 @@ MATRIX: dict[str, dict[str, Case]] = {
         "GET": Case(only(200, PROJECT_VIEWERS)),
         "PATCH": Case(only(200, PROJECT_MANAGERS), body=lambda w: {"role": "viewer"}),
         "DELETE": Case(only(204, PROJECT_MANAGERS)),
+    },
+    "api/v1/tenants/<str:tenant>/projects/<str:project>/efficiency-policy/": {
+        "GET": Case(only(200, PROJECT_VIEWERS)),
+        "PATCH": Case(only(200, PROJECT_MANAGERS), body=lambda w: {"end_idle_jobs": True}),
     },
     "api/v1/tenants/<str:tenant>/projects/<str:project>/slurm-accounts/": {
         "GET": Case(only(200, PROJECT_VIEWERS)),
@@ -474,6 +478,7 @@ def database_fingerprint() -> str:
         list(ApiToken.objects.order_by("pk").values_list("pk", "name", "revoked_at")),
         list(Job.objects.order_by("pk").values_list("pk", "state", "cancel_requested_at")),
         list(JobTemplate.objects.order_by("pk").values_list("pk", "name", "gpus")),
+        list(ProjectEfficiencyPolicy.objects.order_by("pk").values_list()),
         list(Allocation.objects.order_by("pk").values_list("pk", "granted_gpu_seconds", "reserved_gpu_seconds")),
         LedgerEntry.objects.count(),
         list(QuotaRequest.objects.order_by("pk").values_list("pk", "state", "granted_gpu_seconds")),
