@@ -480,7 +480,7 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         "gpu_idle": job_is_gpu_idle(job),
         "waste": job_waste_for(job),
         "gpus_used": list(job.gpu_usage.all()),
-        "transitions": list(job.transitions.all()),
+        "transitions": job.timeline,
         "estimate": job_estimate(job=job),
         "usage": usage,
         # Rounded by billing's one rule, as the invoice rounds it; the template shows it as it is.

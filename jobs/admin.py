@@ -8,7 +8,15 @@ from django.http import HttpRequest
 
 from clusters.admin import ReadOnlyAdmin, ReadOnlyInline
 from jobs.job_services import job_cancel
-from jobs.models import Job, JobEfficiency, JobGpuUsage, JobTemplate, JobTransition, ProjectEfficiencyPolicy
+from jobs.models import (
+    Job,
+    JobEfficiency,
+    JobGpuUsage,
+    JobTemplate,
+    JobTransition,
+    JobTransitionArchive,
+    ProjectEfficiencyPolicy,
+)
 from portal.errors import Conflict
 
 # Jobs ----------------------------------------------------------------------------------------------------
@@ -18,6 +26,11 @@ class JobTransitionInline(ReadOnlyInline):
     model = JobTransition
     fields = ("from_state", "to_state", "at", "detail")
     readonly_fields = fields
+
+
+class JobTransitionArchiveInline(JobTransitionInline):
+    model = JobTransitionArchive  # type: ignore[assignment]
+    verbose_name_plural = "archived transitions (older than HISTORY_ARCHIVE_AFTER_MONTHS)"
 
 
 class JobEfficiencyInline(ReadOnlyInline):
@@ -68,7 +81,7 @@ class JobAdmin(ReadOnlyAdmin):
     )
     list_select_related = ("project__tenant", "cluster", "user")
     date_hierarchy = "created_at"
-    inlines = (JobEfficiencyInline, JobGpuUsageInline, JobTransitionInline)
+    inlines = (JobEfficiencyInline, JobGpuUsageInline, JobTransitionArchiveInline, JobTransitionInline)
     actions = ("cancel_jobs",)
 
     @admin.action(description="Cancel the selected jobs")

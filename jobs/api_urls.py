@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path
 
 from jobs.efficiency_policy_apis import ProjectEfficiencyPolicyApi
+from jobs.history_apis import ArchivedTransitionsExportApi
 from jobs.job_apis import (
     JobArrayTaskCancelApi,
     JobArrayTaskListApi,
@@ -29,6 +30,11 @@ urlpatterns: list[URLPattern] = [
     path("jobs/<uuid:job_id>/tasks/<int:index>/cancel/", JobArrayTaskCancelApi.as_view(), name="api-job-task-cancel"),
     path("job-templates/", JobTemplateListApi.as_view(), name="api-job-templates"),
     path("job-templates/<str:template_id>/", JobTemplateDetailApi.as_view(), name="api-job-template"),
+    path(
+        "tenants/<str:tenant>/archived-transitions/",
+        ArchivedTransitionsExportApi.as_view(),
+        name="api-tenant-archived-transitions",
+    ),
     path(
         "tenants/<str:tenant>/projects/<str:project>/efficiency-policy/",
         ProjectEfficiencyPolicyApi.as_view(),

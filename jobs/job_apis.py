@@ -183,7 +183,7 @@ class JobDetailOutput(JobOutput):
     working_directory = serializers.CharField()
     stdout_path = serializers.CharField()
     stderr_path = serializers.CharField()
-    transitions = JobTransitionOutput(many=True)
+    transitions = JobTransitionOutput(source="timeline", many=True, help_text="Archived ones included, in order")
     gpu_indices = serializers.DictField(
         child=serializers.ListField(child=serializers.IntegerField()), help_text='GPU devices per node: {"gpu01": [0]}'
     )
@@ -356,7 +356,7 @@ def _accepted_reply(accepted: job_services.Accepted) -> Response:
         estimate = import_string(estimator)(accepted) if estimator else None
     else:
         job = job_detail_load(job_id=accepted.job.pk)  # access was checked on the project or job
-        transitions, estimate = list(job.transitions.all()), None
+        transitions, estimate = job.timeline, None
     reply = JobSubmitOutput(job, context={"estimate": estimate, "transitions": transitions}).data
     code = status.HTTP_202_ACCEPTED if accepted.created else status.HTTP_200_OK
     return Response(reply, status=code, headers={"Location": reverse("api-job", args=[job.pk])})

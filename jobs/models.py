@@ -163,6 +163,13 @@ class Job(models.Model):
         return job_comment_tag(self.id)
 
     @property
+    def timeline(self) -> list[JobTransition | JobTransitionArchive]:
+        """Every transition in recording order, the archived ones included (prefetch both relations to read it
+        in two queries for many jobs, as jobs.selectors does)."""
+        steps: list[JobTransition | JobTransitionArchive] = [*self.transitions.all(), *self.archived_transitions.all()]
+        return sorted(steps, key=lambda step: step.pk)
+
+    @property
     def is_array(self) -> bool:
         return bool(self.array)
 
@@ -196,10 +203,33 @@ class JobTransition(models.Model):
 
     class Meta:
         ordering = ["job", "id"]  # recording order: Slurm's times have one-second resolution
-        indexes = [models.Index(fields=["job", "at"], name="job_transition_timeline")]
+        indexes = [
+            models.Index(fields=["job", "at"], name="job_transition_timeline"),
+            # What the archiving (jobs/history_archive.py) selects by: the oldest first, found without a scan.
+            models.Index(fields=["at"], name="job_transition_at"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_state or '-'} -> {self.to_state}"
+
+
+class JobTransitionArchive(models.Model):
+    """A transition older than HISTORY_ARCHIVE_AFTER_MONTHS, moved out of the hot table with its id unchanged, so
+    that a job's timeline (`Job.timeline`) reads both tables in recording order (jobs/history_archive.py)."""
+
+    id = models.BigIntegerField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="archived_transitions")
+    from_state = models.CharField(max_length=16, choices=JobState.choices, blank=True)
+    to_state = models.CharField(max_length=16, choices=JobState.choices)
+    at = models.DateTimeField()
+    detail = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["job", "id"]
+        indexes = [models.Index(fields=["at", "id"], name="job_transition_archive_at")]  # the export's order
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.from_state or '-'} -> {self.to_state} (archived)"
 
 
 # GPU efficiency ----------------------------------------------------------------------------------------

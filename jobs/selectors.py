@@ -27,6 +27,7 @@ from jobs.models import (
     JobState,
     JobTemplate,
     JobTransition,
+    JobTransitionArchive,
 )
 from tenants.models import SUBMITTING_PROJECT_ROLES, Project, ProjectMembership, Tenant
 from tenants.selectors import (
@@ -65,6 +66,7 @@ def job_list_for_user(*, user: AnyUser) -> QuerySet[Job]:
 def _job_details() -> QuerySet[Job]:
     return Job.objects.select_related("project__tenant", "cluster", "user", "efficiency").prefetch_related(
         Prefetch("transitions", queryset=JobTransition.objects.order_by("id")),
+        Prefetch("archived_transitions", queryset=JobTransitionArchive.objects.order_by("id")),
         Prefetch("gpu_usage", queryset=JobGpuUsage.objects.order_by("node", "gpu_index")),
     )
 

@@ -16,7 +16,7 @@ from clusters.clients import slurm_client_for
 from clusters.models import Cluster
 from clusters.services import cluster_unreachable_record
 from clusters.slurm import SlurmError, SlurmRetryableError
-from jobs import array_sync, database_restores, gpu_utilisation, job_recovery, job_sync, quota_usage
+from jobs import array_sync, database_restores, gpu_utilisation, history_archive, job_recovery, job_sync, quota_usage
 from jobs.sync_schedule import clusters_due_for_job_sync, job_sync_slot, quota_usage_collection_due
 from portal import metrics
 
@@ -169,3 +169,26 @@ def gpu_utilisation_collect(cluster_id: int) -> None:
         return
     with bound_contextvars(cluster=cluster.name):
         gpu_utilisation.cluster_gpu_utilisation_collect(cluster=cluster)
+
+
+# History -------------------------------------------------------------------------------------------------
+
+
+# A run moves at most JOB_HISTORY_ARCHIVE_BATCHES_PER_RUN batches (the first run on a long history leaves the rest
+# to the next ticks); a run cut short by its time limit loses nothing, its batch rolls back as a whole.
+@shared_task(ignore_result=True, soft_time_limit=540, time_limit=600)
+def job_history_archive() -> None:
+    """Beat's tick: move the transitions older than HISTORY_ARCHIVE_AFTER_MONTHS to the archive (0: never)."""
+    if settings.HISTORY_ARCHIVE_AFTER_MONTHS <= 0:
+        return
+    run = history_archive.job_transitions_archive(
+        before=history_archive.archive_cutoff(), max_batches=settings.JOB_HISTORY_ARCHIVE_BATCHES_PER_RUN
+    )
+    logger.info(
+        "job history archived",
+        extra={
+            "moved": run.moved,
+            "batches": run.batches,
+            "longest_batch_seconds": round(run.longest_batch_seconds, 3),
+        },
+    )

@@ -241,6 +241,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "billing.tasks.invoices_finalise_due",
         "schedule": 3600,
     },
+    "archive-job-history": {
+        "task": "jobs.tasks.job_history_archive",
+        "schedule": env_int("JOB_HISTORY_ARCHIVE_INTERVAL_SECONDS", 3600),
+        "options": {"expires": 600},
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -422,6 +427,10 @@ PORTAL_BASE_URL = env_str("PORTAL_BASE_URL", "http://127.0.0.1:8000").rstrip("/"
 # Billing: invoices of a month are finalised automatically this long after it ends (usage of jobs that ended
 # in the month keeps arriving for a moment; later usage goes on the next month's invoice as late usage).
 BILLING_FINALISE_AFTER_HOURS = env_int("BILLING_FINALISE_AFTER_HOURS", 24)
+# Job transitions older than this many calendar months move to the archive table (jobs/history_archive.py), in
+# batches, every JOB_HISTORY_ARCHIVE_INTERVAL_SECONDS; timelines and the tenant's export read both. 0: never.
+HISTORY_ARCHIVE_AFTER_MONTHS = env_int("HISTORY_ARCHIVE_AFTER_MONTHS", 6)
+JOB_HISTORY_ARCHIVE_BATCHES_PER_RUN = env_int("JOB_HISTORY_ARCHIVE_BATCHES_PER_RUN", 200)
 # The submit reply carries a cost estimate from this function (jobs cannot import billing, which depends on it).
 JOB_ESTIMATE_FUNCTION = env_str("JOB_ESTIMATE_FUNCTION", "billing.estimates.job_estimate_data")
 

@@ -225,6 +225,7 @@ MATRIX: dict[str, dict[str, Case]] = {
         "PATCH": Case(only(200, PROJECT_MANAGERS), body=lambda w: {"role": "viewer"}),
         "DELETE": Case(only(204, PROJECT_MANAGERS)),
     },
+    "api/v1/tenants/<str:tenant>/archived-transitions/": {"GET": Case(only(200, TENANT_ADMINS))},
     "api/v1/tenants/<str:tenant>/projects/<str:project>/efficiency-policy/": {
         "GET": Case(only(200, PROJECT_VIEWERS)),
         "PATCH": Case(only(200, PROJECT_MANAGERS), body=lambda w: {"end_idle_jobs": True}),
@@ -524,7 +525,8 @@ def test_route_answers_each_role_as_the_matrix_says(world: World, route: str, me
 
 
 def _check_no_leak(world: World, role: str, route: str, method: str, response: Any, case: Case) -> None:
-    body = response.content.decode(errors="replace")
+    content = b"".join(response.streaming_content) if response.streaming else response.content
+    body = content.decode(errors="replace")
     if role in case.leak_free_for and response.status_code == 200 and "<str:tenant>" not in route:
         assert TENANT_SLUG not in body, f"{role} sees the other tenant at /{route}"
         assert PROJECT_SLUG not in body, f"{role} sees the other tenant's project at /{route}"
