@@ -24,7 +24,15 @@ from jobs import job_services
 from jobs.arrays import PROGRESS_KEYS
 from jobs.end_watches import job_end_watch_set
 from jobs.job_services import JobRequest
-from jobs.models import Job, JobArrayTask, JobEfficiency, JobState, JobTemplate
+from jobs.models import (
+    Job,
+    JobArrayTask,
+    JobEfficiency,
+    JobState,
+    JobTemplate,
+    JobTransition,
+    JobTransitionArchive,
+)
 from jobs.reasons import pending_reason_text
 from jobs.reruns import RERUN_FIELDS, job_rerun
 from jobs.selectors import (
@@ -349,8 +357,9 @@ def _idempotency_key(request: Request) -> str:
 
 def _accepted_reply(accepted: job_services.Accepted) -> Response:
     """202 with the new job and its estimate; 200 with the job an earlier request with the same key created."""
+    transitions: list[JobTransition | JobTransitionArchive]
     if accepted.created:
-        job, transitions = accepted.job, accepted.transitions
+        job, transitions = accepted.job, [*accepted.transitions]
         # Billing depends on jobs, so its estimate is found by name rather than imported.
         estimator = settings.JOB_ESTIMATE_FUNCTION
         estimate = import_string(estimator)(accepted) if estimator else None
