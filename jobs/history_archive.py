@@ -101,7 +101,8 @@ def archived_transitions_export(*, tenant: Tenant, project_slug: str | None = No
     while page:
         yield "".join(_export_line(tenant, row) for row in page)
         last_id, last_at = page[-1][0], page[-1][7]
-        after = Q(at__gt=last_at) | Q(at=last_at, id__gt=last_id)
+        # `at >= last` first, so that the index on (at, id) starts the page there rather than filtering up to it.
+        after = Q(at__gte=last_at) & (Q(at__gt=last_at) | Q(id__gt=last_id))
         page = list(columns.filter(after)[:EXPORT_PAGE_SIZE]) if len(page) == EXPORT_PAGE_SIZE else []
 
 
