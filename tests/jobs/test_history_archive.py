@@ -8,8 +8,10 @@ from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
 
+import psycopg
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -277,3 +279,23 @@ def test_a_portal_admin_exports_any_tenant() -> None:
     lines = _lines(_export(logged_in(make_user("portaladmin", is_staff=True)), "histco"))
     assert len(lines) == 8
     assert {line["project"] for line in lines} == {"histco/vision", "histco/audio"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transition_another_transaction_holds_is_skipped_without_waiting_and_moved_by_the_next_run() -> None:
+    (job,) = _finished_jobs(1)
+    ids = _timeline(job, start=OLD)
+    database = connection.settings_dict
+    with psycopg.connect(
+        dbname=database["NAME"], host=database["HOST"], port=database["PORT"], user=database["USER"]
+    ) as other:
+        other.execute("SELECT 1 FROM jobs_jobtransition WHERE id = %s FOR UPDATE", (ids[1],))  # held, uncommitted
+
+        with connection.cursor() as cursor:  # without SKIP LOCKED the run would wait: make it fail instead
+            cursor.execute("SET lock_timeout = '10s'")
+        held = job_transitions_archive(before=CUTOFF, batch_size=10)
+
+        assert (held.moved, _hot()) == (3, [ids[1]])
+        other.rollback()
+    finished = job_transitions_archive(before=CUTOFF, batch_size=10)
+    assert (finished.moved, _archived(), _hot()) == (1, ids, [])
