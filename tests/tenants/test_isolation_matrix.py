@@ -261,6 +261,10 @@ MATRIX: dict[str, dict[str, Case]] = {
     "api/v1/jobs/<uuid:job_id>/cancel/": {"POST": Case(only(202, ("member", *PROJECT_MANAGERS)))},
     "api/v1/jobs/<uuid:job_id>/log/": {"GET": Case(only(200, PROJECT_VIEWERS))},
     "api/v1/jobs/<uuid:job_id>/efficiency/": {"GET": Case(only(200, PROJECT_VIEWERS))},
+    # A job array's tasks: whoever sees the job reads them (the world's job is a plain one: no tasks); whoever may
+    # cancel the job may cancel a task (409 here: not an array, so past the access check and changing nothing).
+    "api/v1/jobs/<uuid:job_id>/tasks/": {"GET": Case(only(200, PROJECT_VIEWERS))},
+    "api/v1/jobs/<uuid:job_id>/tasks/<int:index>/cancel/": {"POST": Case(only(409, ("member", *PROJECT_MANAGERS)))},
     # Running a job again is submitting: those who may submit to its project.
     "api/v1/jobs/<uuid:job_id>/rerun/": {"POST": Case(only(202, SUBMITTERS), body=lambda w: {"name": "again"})},
     # Being told when a job ends: whoever sees it.
@@ -447,6 +451,7 @@ def _url(route: str, world: World, **overrides: str) -> str:
         "report_id": world.report_id,
         "cluster": "matrixcluster",
         "provider_id": "no-such-provider",
+        "index": "0",
         **overrides,
     }
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda match: values[str(match.group(1))], route)
