@@ -1,8 +1,9 @@
 """Usage records: every job charged in the quota ledger becomes one priced record, split by day and rate.
 
-The charge (one per job, and one per task of a job array: a database constraint) holds the GPU-seconds Slurm's accounting reported: elapsed x
-allocated GPUs, for jobs submitted through the portal and for jobs found in a project's account. Pricing it
-here, rather than asking slurmdbd again, keeps one source for both the quota balance and the bill.
+The charge (one per job, and one per task of a job array: a database constraint) holds the GPU-seconds Slurm's
+accounting reported: elapsed x allocated GPUs, for jobs submitted through the portal and for jobs found in a
+project's account. Pricing it here, rather than asking slurmdbd again, keeps one source for both the quota
+balance and the bill.
 
 A job running from 23:00 to 01:00 used half its GPU-seconds on each day; each day's share is priced at the
 rate in force during it, and goes on the invoice of its month. An array's task is priced as a job of its own
@@ -142,10 +143,7 @@ def usage_import(*, now: datetime | None = None, batch_size: int = IMPORT_BATCH_
     with transaction.atomic():
         billing_lock()
         charges = list(
-            _unpriced_charges()
-            .filter(_priceable())
-            .select_related("job__project")
-            .order_by("id")[:batch_size]
+            _unpriced_charges().filter(_priceable()).select_related("job__project").order_by("id")[:batch_size]
         )
         if not charges:
             return UsageImportResult()
@@ -186,7 +184,7 @@ def usage_import(*, now: datetime | None = None, batch_size: int = IMPORT_BATCH_
 
         rebuilt = sum(invoices_build(month=month, tenant_ids=tenants, now=now) for month, tenants in touched.items())
     if unpriced:
-        logger.warning("usage import: %d charges (jobs, array tasks) have no rate in force for part of their run", unpriced)
+        logger.warning("usage import: %d charges (jobs, tasks) have no rate in force for part of their run", unpriced)
     return UsageImportResult(imported=len(records), unpriced=unpriced, invoices_rebuilt=rebuilt)
 
 

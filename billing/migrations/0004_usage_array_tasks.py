@@ -6,28 +6,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('billing', '0003_usage_daily'),
-        ('clusters', '0005_gpu_utilisation_sources'),
-        ('jobs', '0012_job_arrays'),
-        ('tenants', '0005_audit_event_request_id'),
+        ("billing", "0003_usage_daily"),
+        ("clusters", "0005_gpu_utilisation_sources"),
+        ("jobs", "0012_job_arrays"),
+        ("tenants", "0005_audit_event_request_id"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='usagerecord',
-            name='array_task',
+            model_name="usagerecord",
+            name="array_task",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='usagerecord',
-            name='job',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='usage_records', to='jobs.job'),
+            model_name="usagerecord",
+            name="job",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT, related_name="usage_records", to="jobs.job"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='usagerecord',
-            constraint=models.UniqueConstraint(fields=('job', 'array_task'), name='usage_record_one_per_charge', nulls_distinct=False),
+            model_name="usagerecord",
+            constraint=models.UniqueConstraint(
+                fields=("job", "array_task"), name="usage_record_one_per_charge", nulls_distinct=False
+            ),
         ),
     ]
