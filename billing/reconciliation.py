@@ -366,7 +366,8 @@ def _compare(*, cluster: Cluster, period_start: datetime, period_end: datetime, 
     # Portal jobs that Slurm says ended in the period count too, whatever the portal says of their end (a job
     # the sync has not seen end yet, or one whose end the portal has a moment off).
     candidates = (
-        Job.objects.filter(cluster=cluster, slurm_job_id__in={record.job_id for record in in_period})
+        # An array's id is also one of its tasks' (the task Slurm ran last): arrays are compared task by task.
+        Job.objects.filter(cluster=cluster, slurm_job_id__in={record.job_id for record in in_period}, array="")
         .exclude(pk__in={job.pk for job in portal_jobs})
         .select_related("project")
     )
