@@ -11,11 +11,13 @@ from django.test import Client
 from django.utils import timezone
 
 import billing.invoices
+from billing.job_end_notices import job_end_notices_send
 from billing.models import Invoice, InvoiceLine, UsageDaily, UsageRecord, UsageShare, first_of_month
 from billing.rates import rate_create
 from billing.selectors import JobUsage, job_usage
 from billing.usage import UsageImportResult, usage_daily_mismatches, usage_import
-from jobs.models import JobArrayTask
+from jobs.models import JobArrayTask, JobEndWatch
+from tenants.models import Notification
 from tests.billing.usage_factories import at, charged_array, charged_job, previous_month
 from tests.factories import add_project_member, make_matrix_cluster, make_project, make_tenant, make_user
 
@@ -128,12 +130,20 @@ def test_a_crash_loses_nothing_and_each_task_is_priced_once(setting, monkeypatch
     assert (UsageRecord.objects.count(), UsageShare.objects.count(), UsageDaily.objects.count()) == (0, 0, 0)
     monkeypatch.undo()
 
-    # Batches of two: the first two tasks, then the last, then nothing.
+    watcher = make_user()
+    add_project_member(project, watcher)
+    JobEndWatch.objects.create(job=job, user=watcher)
+
+    # Batches of two: the first two tasks, then the last, then nothing. The watcher is told the array's cost once
+    # every task is priced.
     assert usage_import(batch_size=2).imported == 2
     assert job_usage(job=job) == JobUsage(
         gpu_seconds=10800, amount=Decimal("6.00"), currency="EUR", priced=2, complete=False
     )
+    assert job_end_notices_send() == 0
     assert usage_import(batch_size=2).imported == 1
+    assert job_end_notices_send() == 1
+    assert Notification.objects.get(user=watcher).body.endswith("It used 3.10 GPU-hours, which cost 6.20 EUR.")
     assert usage_import(batch_size=2) == UsageImportResult()
     assert sorted(UsageRecord.objects.values_list("array_task", "gpu_seconds")) == [(0, 3600), (1, 7200), (2, 360)]
     assert job_usage(job=job) == JobUsage(
