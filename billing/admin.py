@@ -95,7 +95,17 @@ class UsageShareInline(admin.TabularInline):  # type: ignore[type-arg]
 
 @admin.register(UsageRecord)
 class UsageRecordAdmin(ReadOnlyAdmin):
-    list_display = ("ended_at", "project", "cluster", "gpu_type", "slurm_job_id", "gpu_hours", "cost", "currency")
+    list_display = (
+        "ended_at",
+        "project",
+        "cluster",
+        "gpu_type",
+        "slurm_job_id",
+        "array_task",
+        "gpu_hours",
+        "cost",
+        "currency",
+    )
     list_filter = ("cluster", "gpu_type", "tenant")
     search_fields = ("project__slug", "tenant__slug", "slurm_job_id", "cluster_username")
     date_hierarchy = "ended_at"

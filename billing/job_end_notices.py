@@ -1,8 +1,9 @@
 """Telling those who asked that a job ended: its outcome and its cost, in the portal and by e-mail.
 
-The cost is the priced usage record's, as the invoice rounds it, so a job that ran is told of once the usage
-import has priced it; one that never ran (rejected, cancelled while waiting) costs nothing and is told of at
-once; one that ran where no price is in force is told of with its GPU-hours once it is charged.
+The cost is the priced usage record's (an array's: the sum of its tasks', once each task that ran is priced), as
+the invoice rounds it, so a job that ran is told of once the usage import has priced it; one that never ran
+(rejected, cancelled while waiting) costs nothing and is told of at once; one that ran where no price is in force
+is told of with its GPU-hours once it is charged.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from collections import defaultdict
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Count, Sum
 from django.utils import timezone
 
-from billing.models import Rate, UsageRecord
-from billing.selectors import usage_record_amount
+from billing.models import Rate
+from billing.selectors import job_usage
 from jobs.models import FINAL_JOB_STATES, Job, JobEndWatch, JobState
 from quotas.models import LedgerEntry, LedgerKind
 from quotas.units import gpu_seconds_to_hours
@@ -71,16 +73,21 @@ def _cost_sentence(job: Job) -> str | None:
     """What the job cost, once known; None while its usage waits to be priced."""
     if job.started_at is None:
         return "It never ran, so it costs nothing."
-    record = UsageRecord.objects.filter(job=job).first()
-    if record is not None:
-        hours = gpu_seconds_to_hours(record.gpu_seconds)
-        return f"It used {hours} GPU-hours, which cost {usage_record_amount(record=record)} {record.currency}."
-    charge = LedgerEntry.objects.filter(job=job, kind=LedgerKind.CHARGE).first()
+    usage = job_usage(job=job)
+    if usage is not None:
+        if not usage.complete:
+            return None  # an array some of whose tasks are still being priced
+        hours = gpu_seconds_to_hours(usage.gpu_seconds)
+        return f"It used {hours} GPU-hours, which cost {usage.amount} {usage.currency}."
+    charged = LedgerEntry.objects.filter(job=job, kind=LedgerKind.CHARGE).aggregate(
+        charges=Count("pk"), gpu_seconds=Sum("gpu_seconds")
+    )
     if (
-        charge is not None
+        charged["charges"]
         and not Rate.objects.filter(cluster_id=job.cluster_id, valid_from__lte=job.started_at).exists()
     ):
         return (
-            f"It used {gpu_seconds_to_hours(charge.gpu_seconds)} GPU-hours; no price is set for them on this cluster."
+            f"It used {gpu_seconds_to_hours(charged['gpu_seconds'])} GPU-hours; no price is set for them on this "
+            "cluster."
         )
     return None

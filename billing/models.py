@@ -57,10 +57,12 @@ class Rate(models.Model):
 
 
 class UsageRecord(models.Model):
-    """What one finished job used, priced: exactly one per job, made from its charge in the quota ledger
-    (elapsed x allocated GPUs from Slurm's accounting). `cost` is the sum of its shares' costs."""
+    """What one finished job used, priced: exactly one per charge in the quota ledger (elapsed x allocated GPUs
+    from Slurm's accounting), so one per plain job and one per task of a job array (`array_task`, its index;
+    None for a plain job). `cost` is the sum of its shares' costs."""
 
-    job = models.OneToOneField("jobs.Job", on_delete=models.PROTECT, related_name="usage_record")
+    job = models.ForeignKey("jobs.Job", on_delete=models.PROTECT, related_name="usage_records")
+    array_task = models.PositiveIntegerField(null=True, blank=True)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="usage_records")
     project = models.ForeignKey("tenants.Project", on_delete=models.PROTECT, related_name="usage_records")
     cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="usage_records")
@@ -83,7 +85,13 @@ class UsageRecord(models.Model):
             models.Index(fields=["cluster", "ended_at"], name="usage_record_cluster_ended"),
             models.Index(fields=["project", "-ended_at"], name="usage_record_project_recent"),
         ]
-        constraints = [models.CheckConstraint(condition=Q(gpu_seconds__gte=0), name="usage_record_seconds_positive")]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpu_seconds__gte=0), name="usage_record_seconds_positive"),
+            # One record per charge: a job, or each task of an array, is priced once whatever runs the import.
+            models.UniqueConstraint(
+                fields=["job", "array_task"], name="usage_record_one_per_charge", nulls_distinct=False
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.project} job {self.slurm_job_id}: {self.gpu_seconds} GPU-s, {self.cost} {self.currency}"

@@ -3,15 +3,17 @@
 A report covers the jobs that ended in `[period_start, period_end)`. It lists jobs the portal knows that
 Slurm's accounting does not (`missing_in_slurm`), finished GPU jobs in the projects' Slurm accounts that the
 portal does not know (`missing_in_portal`), jobs whose GPU-seconds differ (`gpu_seconds_differ`), and jobs in
-both that the portal has not priced yet (`unpriced`). The portal's figure of a job is its usage record, else
-its charge in the quota ledger; Slurm's is elapsed seconds x allocated GPUs from its accounting record.
+both that the portal has not priced yet (`unpriced`). A job array is compared task by task: each task is a Slurm
+job of its own (its own id, record, charge and usage record), and counts as one job in the summary. The
+portal's figure of a job is its usage record, else its charge in the quota ledger; Slurm's is elapsed seconds x
+allocated GPUs from its accounting record.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -25,7 +27,7 @@ from clusters.clients import slurm_client_for
 from clusters.models import Cluster, ProjectSlurmAccount
 from clusters.slurm import SlurmClient, SlurmError
 from clusters.slurm.types import AccountingRecord
-from jobs.models import FINAL_JOB_STATES, Job
+from jobs.models import FINAL_JOB_STATES, Job, JobArrayTask
 from jobs.quota_usage import accounting_attempts_of, is_accounting_record_of
 from portal.queue import task_enqueue_on_commit
 from quotas.models import LedgerEntry, LedgerKind
@@ -267,9 +269,43 @@ def _portal_jobs(*, cluster: Cluster, period_start: datetime, period_end: dateti
             gpus__gt=0,
             ended_at__gte=period_start,
             ended_at__lt=period_end,
+            array="",  # an array is compared task by task (_portal_tasks)
         )
         .select_related("project")
         .order_by("ended_at", "pk")
+    )
+
+
+def _portal_tasks(*, cluster: Cluster, period_start: datetime, period_end: datetime) -> list[JobArrayTask]:
+    """Array tasks that ran on GPUs and, in the portal, ended in the period: each is a Slurm job of its own."""
+    return list(
+        JobArrayTask.objects.filter(
+            job__cluster=cluster,
+            state__in=FINAL_JOB_STATES,
+            started_at__isnull=False,
+            job__gpus__gt=0,
+            ended_at__gte=period_start,
+            ended_at__lt=period_end,
+        )
+        .select_related("job__project")
+        .order_by("ended_at", "pk")
+    )
+
+
+def _task_attempts(task: JobArrayTask, candidates: list[AccountingRecord]) -> list[AccountingRecord]:
+    """A task's finished accounting records (one per run, oldest first): its array's id and its index, in the
+    array's account and with its tag, as the quota collection charges it."""
+    job = task.job
+    return sorted(
+        (
+            record
+            for record in candidates
+            if record.array_job_id == job.slurm_job_id
+            and record.array_task_id == task.index
+            and record.account == job.project.slurm_account
+            and record.comment == job.slurm_comment
+        ),
+        key=lambda record: record.start_time or record.submit_time or datetime.min.replace(tzinfo=UTC),
     )
 
 
@@ -312,8 +348,13 @@ def _runs_together(attempts: list[AccountingRecord]) -> AccountingRecord | None:
 
 def _compare(*, cluster: Cluster, period_start: datetime, period_end: datetime, client: SlurmClient) -> _Comparison:
     portal_jobs = _portal_jobs(cluster=cluster, period_start=period_start, period_end=period_end)
+    portal_tasks = _portal_tasks(cluster=cluster, period_start=period_start, period_end=period_end)
     tracked = ProjectSlurmAccount.objects.filter(cluster=cluster).values_list("project__slurm_account", flat=True)
-    accounts = sorted(set(tracked) | {job.project.slurm_account for job in portal_jobs})
+    accounts = sorted(
+        set(tracked)
+        | {job.project.slurm_account for job in portal_jobs}
+        | {task.job.project.slurm_account for task in portal_tasks}
+    )
     records = _accounting(
         client=client, cluster=cluster, accounts=accounts, period_start=period_start, period_end=period_end
     )
@@ -325,7 +366,8 @@ def _compare(*, cluster: Cluster, period_start: datetime, period_end: datetime, 
     # Portal jobs that Slurm says ended in the period count too, whatever the portal says of their end (a job
     # the sync has not seen end yet, or one whose end the portal has a moment off).
     candidates = (
-        Job.objects.filter(cluster=cluster, slurm_job_id__in={record.job_id for record in in_period})
+        # An array's id is also one of its tasks' (the task Slurm ran last): arrays are compared task by task.
+        Job.objects.filter(cluster=cluster, slurm_job_id__in={record.job_id for record in in_period}, array="")
         .exclude(pk__in={job.pk for job in portal_jobs})
         .select_related("project")
     )
@@ -351,6 +393,7 @@ def _compare(*, cluster: Cluster, period_start: datetime, period_end: datetime, 
         matched.update((attempt.job_id, attempt.submit_time) for attempt in attempts)
         own = _runs_together(attempts)
         _compare_job(comparison, job=job, record=own, usage=usage.get(job.pk), charge=charges.get(job.pk))
+    matched |= _compare_tasks(comparison, cluster=cluster, tasks=portal_tasks, records=records, in_period=in_period)
     for record in in_period:
         if (record.job_id, record.submit_time) not in matched:
             comparison.slurm_jobs += 1
@@ -372,13 +415,82 @@ def _compare(*, cluster: Cluster, period_start: datetime, period_end: datetime, 
     return comparison
 
 
+def _compare_tasks(
+    comparison: _Comparison,
+    *,
+    cluster: Cluster,
+    tasks: list[JobArrayTask],
+    records: list[AccountingRecord],
+    in_period: list[AccountingRecord],
+) -> set[tuple[int, datetime | None]]:
+    """Compare each array task with its own accounting records, its usage record and its charge (both keyed by
+    job and task); returns the records matched. A task Slurm says ended in the period counts too, whatever the
+    portal says of its end."""
+    shown = {(task.job.slurm_job_id, task.index) for task in tasks}
+    wanted = {
+        (record.array_job_id, record.array_task_id)
+        for record in in_period
+        if record.array_job_id is not None and record.array_task_id is not None
+    } - shown
+    if wanted:
+        extra = JobArrayTask.objects.filter(
+            job__cluster=cluster,
+            job__slurm_job_id__in={array_id for array_id, _ in wanted},
+            index__in={index for _, index in wanted},
+            started_at__isnull=False,
+            job__gpus__gt=0,
+        ).select_related("job__project")
+        tasks = [*tasks, *(task for task in extra if (task.job.slurm_job_id, task.index) in wanted)]
+    if not tasks:
+        return set()
+    task_records = [record for record in records if record.array_task_id is not None]
+    job_ids = {task.job_id for task in tasks}
+    usage = {
+        (job_id, index): seconds
+        for job_id, index, seconds in UsageRecord.objects.filter(
+            job_id__in=job_ids, array_task__isnull=False
+        ).values_list("job_id", "array_task", "gpu_seconds")
+    }
+    charges = {
+        (job_id, index): seconds
+        for job_id, index, seconds in LedgerEntry.objects.filter(
+            job_id__in=job_ids, array_task__isnull=False, kind=LedgerKind.CHARGE
+        ).values_list("job_id", "array_task", "gpu_seconds")
+    }
+    matched: set[tuple[int, datetime | None]] = set()
+    for task in tasks:
+        attempts = _task_attempts(task, task_records)
+        matched.update((attempt.job_id, attempt.submit_time) for attempt in attempts)
+        key = (task.job_id, task.index)
+        _compare_job(
+            comparison,
+            job=task.job,
+            task=task,
+            record=_runs_together(attempts),
+            usage=usage.get(key),
+            charge=charges.get(key),
+        )
+    return matched
+
+
 def _compare_job(
-    comparison: _Comparison, *, job: Job, record: AccountingRecord | None, usage: int | None, charge: int | None
+    comparison: _Comparison,
+    *,
+    job: Job,
+    record: AccountingRecord | None,
+    usage: int | None,
+    charge: int | None,
+    task: JobArrayTask | None = None,
 ) -> None:
+    """Compare a plain job, or one task of an array (`task`), with Slurm's record of it."""
     portal_gpu_seconds = usage if usage is not None else charge
     comparison.portal_jobs += 1
     comparison.portal_gpu_seconds += portal_gpu_seconds or 0
     account = job.project.slurm_account
+    what = f"The portal's job {job.name!r}"
+    if task is not None:
+        what = f"Task {task.index} of the portal's job {job.name!r}"
+    slurm_job_id = (task.slurm_job_id or job.slurm_job_id) if task is not None else job.slurm_job_id
     if record is None:
         counted = (
             f"the portal counts {portal_gpu_seconds} GPU-seconds for it"
@@ -389,14 +501,14 @@ def _compare_job(
             _finding(
                 ReconciliationKind.MISSING_IN_SLURM,
                 record=None,
-                slurm_job_id=job.slurm_job_id,
+                slurm_job_id=slurm_job_id,
                 account=account,
                 job=job,
                 portal_gpu_seconds=portal_gpu_seconds,
                 detail=(
-                    f"The portal's job {job.name!r} ran with {job.gpus} GPU(s) as Slurm job {job.slurm_job_id} and "
-                    f"ended {_moment(job.ended_at)}, but Slurm's accounting has no finished record of it in account "
-                    f"{account}; {counted}."
+                    f"{what} ran with {job.gpus} GPU(s) as Slurm job {slurm_job_id} and ended "
+                    f"{_moment(task.ended_at if task is not None else job.ended_at)}, but Slurm's accounting has no "
+                    f"finished record of it in account {account}; {counted}."
                 ),
             )
         )
@@ -433,7 +545,10 @@ def _compare_job(
                 account=account,
                 job=job,
                 portal_gpu_seconds=portal_gpu_seconds,
-                detail=f"Slurm's accounting has {record.gpu_seconds} GPU-seconds ({_usage(record)}); the job is {why}.",
+                detail=(
+                    f"Slurm's accounting has {record.gpu_seconds} GPU-seconds ({_usage(record)}); the "
+                    f"{'task' if task is not None else 'job'} is {why}."
+                ),
             )
         )
 

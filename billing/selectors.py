@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 from typing import Any, TypeVar
-from uuid import UUID
 
 from django.db.models import QuerySet, Sum
 from django.db.models.functions import TruncMonth
@@ -19,6 +19,7 @@ from django.http import Http404
 
 from billing.models import Invoice, InvoiceLine, Rate, UsageDaily, UsageRecord, UsageShare
 from billing.money import INVOICE_LINE_FIELDS, amount_billed
+from jobs.models import Job
 from tenants.selectors import AnyUser, administered_by
 
 
@@ -69,9 +70,32 @@ def invoice_lines(*, invoice: Invoice) -> QuerySet[InvoiceLine]:
     )
 
 
-def usage_record_for_job(*, job_id: UUID) -> UsageRecord | None:
-    """The priced usage of a finished job (None until its charge is imported); the caller has checked access."""
-    return UsageRecord.objects.filter(job_id=job_id).first()
+@dataclass(frozen=True)
+class JobUsage:
+    """A finished job's priced usage: a plain job's one record, or the sum of an array's priced tasks."""
+
+    gpu_seconds: int
+    amount: Decimal  # as an invoice holding only this usage would say it
+    currency: str
+    priced: int  # usage records summed: 1 for a plain job, the tasks priced so far for an array
+    complete: bool  # every run is priced: always for a plain job; for an array, each task that started
+
+
+def job_usage(*, job: Job) -> JobUsage | None:
+    """The priced usage of a finished job, an array's being the sum of its tasks' (None until a charge is priced);
+    the caller has checked access. Two queries, three for an array."""
+    records = list(UsageRecord.objects.filter(job_id=job.pk).values_list("gpu_seconds", "currency"))
+    if not records:
+        return None
+    currency = records[0][1]
+    complete = not job.is_array or len(records) >= job.array_tasks.filter(started_at__isnull=False).count()
+    return JobUsage(
+        gpu_seconds=sum(seconds for seconds, _ in records),
+        amount=usage_amount(usage_per_line(UsageShare.objects.filter(usage_record__job_id=job.pk)), currency),
+        currency=currency,
+        priced=len(records),
+        complete=complete,
+    )
 
 
 UsageRows = TypeVar("UsageRows", UsageShare, UsageDaily)
@@ -103,5 +127,6 @@ def usage_amount(rows: Iterable[Mapping[str, Any]], currency: str | None) -> Dec
 
 
 def usage_record_amount(*, record: UsageRecord) -> Decimal:
-    """A job's cost as an invoice holding only its usage would say it (its shares may go on several lines)."""
+    """A record's cost (a plain job's, or one array task's) as an invoice holding only its usage would say it
+    (its shares may go on several lines)."""
     return usage_amount(usage_per_line(record.shares.all()), record.currency)

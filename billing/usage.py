@@ -1,11 +1,14 @@
 """Usage records: every job charged in the quota ledger becomes one priced record, split by day and rate.
 
-The charge (one per job, a database constraint) holds the GPU-seconds Slurm's accounting reported: elapsed x
-allocated GPUs, for jobs submitted through the portal and for jobs found in a project's account. Pricing it
-here, rather than asking slurmdbd again, keeps one source for both the quota balance and the bill.
+The charge (one per job, and one per task of a job array: a database constraint) holds the GPU-seconds Slurm's
+accounting reported: elapsed x allocated GPUs, for jobs submitted through the portal and for jobs found in a
+project's account. Pricing it here, rather than asking slurmdbd again, keeps one source for both the quota
+balance and the bill.
 
 A job running from 23:00 to 01:00 used half its GPU-seconds on each day; each day's share is priced at the
-rate in force during it, and goes on the invoice of its month. One import runs at a time (an advisory lock),
+rate in force during it, and goes on the invoice of its month. An array's task is priced as a job of its own
+(its own start, end and charge) and its record names the task (`array_task`), so the array costs the sum of its
+tasks. One import runs at a time (an advisory lock),
 so a record is made once however many workers run the task; a second run finds nothing to do.
 """
 
@@ -20,13 +23,13 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from billing.models import Invoice, InvoiceState, Rate, UsageRecord, UsageShare, first_of_month
 from billing.money import usage_cost
 from billing.rates import RateBook
-from jobs.models import Job
+from jobs.models import Job, JobArrayTask
 from quotas.models import LedgerEntry, LedgerKind, period_start
 
 logger = logging.getLogger(__name__)
@@ -43,8 +46,8 @@ def billing_lock() -> None:
 
 @dataclass(frozen=True)
 class UsageImportResult:
-    imported: int = 0  # jobs priced in this run
-    unpriced: int = 0  # charged jobs with no rate in force for part of their run; tried again next run
+    imported: int = 0  # charges (jobs, array tasks) priced in this run
+    unpriced: int = 0  # charges with no rate in force for part of their run; tried again next run
     invoices_rebuilt: int = 0  # draft invoices brought up to date
 
 
@@ -89,6 +92,50 @@ def _priceable() -> Exists:
     return Exists(Rate.objects.filter(cluster_id=OuterRef("cluster_id"), valid_from__lte=OuterRef("job__started_at")))
 
 
+def _unpriced_charges() -> QuerySet[LedgerEntry]:
+    """Charges of jobs and array tasks without their usage record (one per charge, keyed by job and task)."""
+    job_priced = UsageRecord.objects.filter(job_id=OuterRef("job_id"), array_task__isnull=True)
+    task_priced = UsageRecord.objects.filter(job_id=OuterRef("job_id"), array_task=OuterRef("array_task"))
+    return (
+        LedgerEntry.objects.filter(kind=LedgerKind.CHARGE, job__isnull=False)
+        .exclude(Exists(job_priced), array_task__isnull=True)
+        .exclude(Exists(task_priced), array_task__isnull=False)
+    )
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What a charge is priced over: a plain job's run, or one task's of an array."""
+
+    job: Job
+    array_task: int | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    slurm_job_id: int | None
+
+
+def _runs_of(charges: list[LedgerEntry]) -> list[_Run]:
+    """Each charge's run, in the same order: the job's times, or its task's (one query for every task)."""
+    task_keys = {(charge.job_id, charge.array_task) for charge in charges if charge.array_task is not None}
+    tasks = {
+        (task.job_id, task.index): task
+        for task in JobArrayTask.objects.filter(
+            job_id__in={job_id for job_id, _ in task_keys}, index__in={index for _, index in task_keys}
+        )
+        if (task.job_id, task.index) in task_keys
+    }
+    runs = []
+    for charge in charges:
+        job = charge.job
+        assert job is not None
+        task = tasks.get((job.pk, charge.array_task)) if charge.array_task is not None else None
+        if task is None:
+            runs.append(_Run(job, charge.array_task, job.started_at, job.ended_at, job.slurm_job_id))
+        else:
+            runs.append(_Run(job, task.index, task.started_at, task.ended_at, task.slurm_job_id or job.slurm_job_id))
+    return runs
+
+
 def usage_import(*, now: datetime | None = None, batch_size: int = IMPORT_BATCH_SIZE) -> UsageImportResult:
     """Price the charges that have no usage record yet (at most `batch_size`, oldest first) and rebuild the
     draft invoices they land on, in one transaction."""
@@ -96,12 +143,7 @@ def usage_import(*, now: datetime | None = None, batch_size: int = IMPORT_BATCH_
     with transaction.atomic():
         billing_lock()
         charges = list(
-            # Array tasks are charged one by one in the ledger; their priced records are not built yet (README).
-            LedgerEntry.objects.filter(kind=LedgerKind.CHARGE, job__isnull=False, array_task__isnull=True)
-            .exclude(Exists(UsageRecord.objects.filter(job_id=OuterRef("job_id"))))
-            .filter(_priceable())
-            .select_related("job__project")
-            .order_by("id")[:batch_size]
+            _unpriced_charges().filter(_priceable()).select_related("job__project").order_by("id")[:batch_size]
         )
         if not charges:
             return UsageImportResult()
@@ -115,9 +157,8 @@ def usage_import(*, now: datetime | None = None, batch_size: int = IMPORT_BATCH_
         records: list[UsageRecord] = []
         shares_of: list[list[UsageShare]] = []
         unpriced = 0
-        for charge in charges:
-            assert charge.job is not None
-            priced = _price(job=charge.job, gpu_seconds=charge.gpu_seconds, fallback_end=charge.created_at, book=book)
+        for charge, run in zip(charges, _runs_of(charges), strict=True):
+            priced = _price(run=run, gpu_seconds=charge.gpu_seconds, fallback_end=charge.created_at, book=book)
             if priced is None:
                 unpriced += 1
                 continue
@@ -143,15 +184,16 @@ def usage_import(*, now: datetime | None = None, batch_size: int = IMPORT_BATCH_
 
         rebuilt = sum(invoices_build(month=month, tenant_ids=tenants, now=now) for month, tenants in touched.items())
     if unpriced:
-        logger.warning("usage import: %d charged jobs have no rate in force for part of their run", unpriced)
+        logger.warning("usage import: %d charges (jobs, tasks) have no rate in force for part of their run", unpriced)
     return UsageImportResult(imported=len(records), unpriced=unpriced, invoices_rebuilt=rebuilt)
 
 
 def _price(
-    *, job: Job, gpu_seconds: int, fallback_end: datetime, book: RateBook
+    *, run: _Run, gpu_seconds: int, fallback_end: datetime, book: RateBook
 ) -> tuple[UsageRecord, list[UsageShare]] | None:
-    end = job.ended_at or fallback_end
-    start = min(job.started_at or end, end)
+    job = run.job
+    end = run.ended_at or fallback_end
+    start = min(run.started_at or end, end)
     cuts = midnights_between(start, end) + book.changes_between(
         cluster_id=job.cluster_id, gpu_type=job.gpu_type, start=start, end=end
     )
@@ -180,13 +222,14 @@ def _price(
         )
     record = UsageRecord(
         job=job,
+        array_task=run.array_task,
         tenant_id=job.project.tenant_id,
         project_id=job.project_id,
         cluster_id=job.cluster_id,
         user_id=job.user_id,
         cluster_username=job.cluster_username,
         gpu_type=job.gpu_type,
-        slurm_job_id=job.slurm_job_id,
+        slurm_job_id=run.slurm_job_id,
         started_at=start,
         ended_at=end,
         gpu_seconds=gpu_seconds,

@@ -24,7 +24,7 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from billing.efficiency import job_waste_for
 from billing.estimates import Estimate, estimate_for_request, job_estimate
-from billing.selectors import usage_record_amount, usage_record_for_job
+from billing.selectors import job_usage
 from clusters.models import Cluster
 from clusters.selectors import cluster_list_active, cluster_list_for_user
 from jobs.end_watches import job_end_watch_set, job_end_watching
@@ -472,7 +472,7 @@ def _waiting(request: HttpRequest, job: Job) -> dict[str, Any] | None:
 def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
     """A job: facts, timeline, cost, the cancel button where allowed, and its live log."""
     job = job_get_for_user(user=request.user, job_id=job_id)
-    usage = usage_record_for_job(job_id=job.pk) if job.is_final else None
+    usage = job_usage(job=job) if job.is_final else None
     tasks, task = _array_tasks_shown(request, job)
     log_query = f"?task={task}" if task is not None else ""
     context = {
@@ -482,9 +482,8 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         "gpus_used": list(job.gpu_usage.all()),
         "transitions": job.timeline,
         "estimate": job_estimate(job=job),
+        # An array's is the sum of its tasks', rounded by billing's one rule as the invoice rounds it.
         "usage": usage,
-        # Rounded by billing's one rule, as the invoice rounds it; the template shows it as it is.
-        "usage_amount": usage_record_amount(record=usage) if usage is not None else None,
         "may_cancel": _may_cancel(request, job),
         "may_rerun": job.is_final and _may_rerun(request, job),
         "reruns": job_reruns_list(job=job),

@@ -7,6 +7,8 @@ concurrency cap is observed in Slurm's own listing and in the tasks the sync rec
 from __future__ import annotations
 
 import time
+from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -14,8 +16,14 @@ from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from rest_framework.test import APIClient
 
+from billing.models import ReconciliationReport, UsageRecord
+from billing.rates import rate_create
+from billing.reconciliation import reconciliation_report_run
+from billing.selectors import JobUsage, job_usage
+from billing.usage import UsageImportResult, usage_daily_mismatches, usage_import
 from clusters.clients import slurm_client_for
 from clusters.models import Cluster
 from jobs.arrays import ArrayExpressionError, array_parse
@@ -124,6 +132,37 @@ def test_an_array_of_20_tasks_capped_at_4_runs_at_most_4_at_once_is_charged_per_
     assert allocation.charged_gpu_seconds == sum(used.values())
     # The allocation's days (burn-down) took every task's reservation, release and charge.
     assert ledger_daily_mismatches() == []
+
+    # Priced task by task (one usage record each, once), and the job costs their sum.
+    rate_create(
+        actor=None,
+        cluster=cluster,
+        gpu_type="",
+        price_per_gpu_hour=Decimal("36.00"),
+        currency="EUR",
+        valid_from=job.created_at - timedelta(hours=1),
+    )
+    assert usage_import().imported == 20
+    assert usage_import() == UsageImportResult()
+    priced = dict(UsageRecord.objects.filter(job=job).values_list("array_task", "gpu_seconds"))
+    assert priced == used
+    assert job_usage(job=job) == JobUsage(
+        gpu_seconds=sum(used.values()),
+        amount=Decimal(sum(used.values())) / 100,  # 36.00 per GPU-hour: a cent per GPU-second
+        currency="EUR",
+        priced=20,
+        complete=True,
+    )
+    assert usage_daily_mismatches() == []
+    # Reconciliation compares each task with its own accounting record: no finding for any of them.
+    report = ReconciliationReport.objects.create(
+        cluster=cluster, period_start=job.created_at - timedelta(minutes=1), period_end=timezone.now()
+    )
+    report = reconciliation_report_run(report_id=report.pk, client=slurm_client_for(cluster))
+    task_slurm_ids = {task.slurm_job_id for task in tasks}
+    assert [finding for finding in report.findings if finding["job"] == str(job.pk)] == []
+    assert [finding for finding in report.findings if finding["slurm_job_id"] in task_slurm_ids] == []
+    assert report.summary["jobs_compared"] >= 20
 
     # Each task's log: the download and the WebSocket.
     download = contract_project.api.get(f"/api/v1/jobs/{job.pk}/log/?task=7")
