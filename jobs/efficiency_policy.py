@@ -46,7 +46,7 @@ def efficiency_policy_update(
     Nothing is written, not even the default row, when nothing changes."""
     # The project's row serialises two first changes, which would otherwise both create the policy's row.
     Project.objects.select_for_update(of=("self",), no_key=True).filter(pk=project.pk).first()
-    policy = ProjectEfficiencyPolicy.objects.select_for_update().filter(project=project).first()
+    policy = ProjectEfficiencyPolicy.objects.select_for_update(of=("self",)).filter(project=project).first()
     policy = policy or ProjectEfficiencyPolicy(project=project)
     before = efficiency_policy_values(policy)
     if notify_managers is not None:

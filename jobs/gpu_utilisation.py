@@ -90,11 +90,11 @@ def gpu_readings_apply(
     with transaction.atomic():
         usages = {
             (usage.job_id, usage.node, usage.gpu_index): usage
-            for usage in JobGpuUsage.objects.select_for_update().filter(job_id__in=job_ids)
+            for usage in JobGpuUsage.objects.select_for_update(of=("self",)).filter(job_id__in=job_ids)
         }
         efficiencies = {
             efficiency.job_id: efficiency
-            for efficiency in JobEfficiency.objects.select_for_update().filter(job_id__in=job_ids)
+            for efficiency in JobEfficiency.objects.select_for_update(of=("self",)).filter(job_id__in=job_ids)
         }
         new_usages: list[JobGpuUsage] = []
         changed_usages: list[JobGpuUsage] = []

@@ -659,7 +659,7 @@ def job_array_task_cancel(*, user: User, job: Job, index: int) -> JobArrayTask:
         locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
         if not locked.is_array:
             raise Conflict("This job is not an array; cancel it with POST /api/v1/jobs/{id}/cancel/.")
-        task = JobArrayTask.objects.select_for_update().filter(job=locked, index=index).first()
+        task = JobArrayTask.objects.select_for_update(of=("self",)).filter(job=locked, index=index).first()
         if task is None:
             raise Http404(f"The array has no task {index}; its tasks are {locked.array}.")
         if task.is_final or locked.is_final:
