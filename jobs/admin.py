@@ -109,11 +109,12 @@ class JobTemplateAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ProjectEfficiencyPolicy)
-class ProjectEfficiencyPolicyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """A project's choices about idle GPUs: whether its managers hear of idle jobs, whether idle jobs are ended."""
+class ProjectEfficiencyPolicyAdmin(ReadOnlyAdmin):
+    """A project's choices about idle GPUs: whether its managers hear of idle jobs, whether idle jobs are ended.
+    Read-only here: its editors change it on the project page ("Idle GPUs") or with
+    PATCH /api/v1/tenants/<t>/projects/<p>/efficiency-policy/, which check the bounds and write the audit event."""
 
     list_display = ("project", "notify_managers", "end_idle_jobs", "end_after_idle_seconds", "warning_seconds")
     list_filter = ("notify_managers", "end_idle_jobs")
     search_fields = ("project__slug", "project__tenant__slug")
     list_select_related = ("project__tenant",)
-    autocomplete_fields = ("project",)

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from clusters.models import Cluster, ClusterAccount, GpuType, Node, Partition
 from jobs.job_services import JobRequest, job_submit
-from jobs.models import Job, JobState
+from jobs.models import Job, JobState, ProjectEfficiencyPolicy
 from tenants.models import Project, Tenant
 from tests.factories import (
     add_project_member,
@@ -124,3 +124,19 @@ def test_a_portal_admin_cancels_a_queued_job_from_the_admin() -> None:
     assert response.status_code == 200
     assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
     assert "Cancelling 1 job(s)." in response.content.decode()
+
+
+def test_an_idle_gpu_policy_is_changed_only_where_it_is_checked_and_audited(admin_client_logged_in: Client) -> None:
+    """The admin shows a project's idle-GPU policy but does not edit it: a change there would skip the bounds and
+    the audit event that the project page and the API apply."""
+    project = make_project(make_tenant("acme"), "vision")
+    policy = ProjectEfficiencyPolicy.objects.create(project=project, end_idle_jobs=True)
+
+    assert admin_client_logged_in.get("/admin/jobs/projectefficiencypolicy/").status_code == 200
+    change = admin_client_logged_in.post(
+        f"/admin/jobs/projectefficiencypolicy/{policy.pk}/change/", {"project": project.pk, "end_idle_jobs": ""}
+    )
+    assert change.status_code == 403
+    assert admin_client_logged_in.get("/admin/jobs/projectefficiencypolicy/add/").status_code == 403
+    policy.refresh_from_db()
+    assert policy.end_idle_jobs is True
