@@ -51,7 +51,8 @@ def job_submit(job_id: str) -> None:
         job_submit.delay(job_id)
 
 
-@shared_task(
+# A cancel that Slurm could not take now (an outage, a timeout) is tried again for about an hour and a half.
+slurm_cancel_task = shared_task(
     ignore_result=True,
     soft_time_limit=60,
     time_limit=90,
@@ -61,22 +62,16 @@ def job_submit(job_id: str) -> None:
     retry_jitter=True,
     max_retries=20,
 )
+
+
+@slurm_cancel_task
 def job_cancel(job_id: str) -> None:
     """Cancel a job in Slurm; a repeat after the job ended does nothing."""
     with bound_contextvars(job_id=job_id):
         job_sync.job_cancel_in_slurm(job_id=uuid.UUID(job_id))
 
 
-@shared_task(
-    ignore_result=True,
-    soft_time_limit=60,
-    time_limit=90,
-    autoretry_for=(SlurmRetryableError,),
-    retry_backoff=5,
-    retry_backoff_max=300,
-    retry_jitter=True,
-    max_retries=20,
-)
+@slurm_cancel_task
 def job_array_task_cancel(job_id: str, index: int) -> None:
     """Cancel one task of an array in Slurm; a repeat after the task ended does nothing."""
     with bound_contextvars(job_id=job_id, array_task=index):
