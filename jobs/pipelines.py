@@ -102,7 +102,7 @@ def dependencies_validate(
         for job in Job.objects.filter(project=project, pk__in=list(seen))
         .select_related("cluster")
         # The array fields, for the words; the rest is what judging needs.
-        .only("pk", "name", "state", "cluster__name", "array", "slurm_job_id", "project_id")
+        .only("id", "name", "state", "cluster", "cluster__name", "array", "slurm_job_id", "project")
     }
     chosen: list[tuple[Job, str]] = []
     for each in requested:
@@ -244,7 +244,7 @@ class Pipeline:
 
 def pipeline_of(job: Job) -> Pipeline:
     """A job's parents and children (two queries; they are in its project, so whoever sees it sees them)."""
-    fields = ("pk", "name", "state", "array", "slurm_job_id", "exit_code", "project_id", "cluster_id")
+    fields = ("id", "name", "state", "array", "slurm_job_id", "exit_code")
     parents = [
         Edge(
             job=edge.parent,
