@@ -5,6 +5,7 @@ transaction never reaches); the live journey at the end runs a real pipeline on 
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,9 @@ class Team:
 
     def post(self, **body: Any) -> Any:
         return self.api().post(
-            "/api/v1/jobs/", {"project": "acme/vision", "cluster": "pipecluster", "script": SCRIPT, **body}, format="json"
+            "/api/v1/jobs/",
+            {"project": "acme/vision", "cluster": "pipecluster", "script": SCRIPT, **body},
+            format="json",
         )
 
 
@@ -109,9 +112,9 @@ def test_a_job_waits_for_jobs_of_its_project_and_the_api_shows_both_ends(team: T
     train = team.post(name="train", depends_on=[{"job": str(prepare.pk), "condition": "afterok"}])
     assert train.status_code == 202, train.json()
     reply = train.json()
-    assert [(edge["job"], edge["name"], edge["condition"], edge["condition_words"]) for edge in reply["depends_on"]] == [
-        (str(prepare.pk), "prepare", "afterok", "after it succeeds")
-    ]
+    assert [
+        (edge["job"], edge["name"], edge["condition"], edge["condition_words"]) for edge in reply["depends_on"]
+    ] == [(str(prepare.pk), "prepare", "afterok", "after it succeeds")]
     assert (reply["dependents"], reply["never_runs"]) == ([], "")
     evaluate = team.post(name="evaluate", depends_on=[{"job": reply["id"], "condition": "afterany"}])
     assert evaluate.status_code == 202, evaluate.json()
@@ -123,9 +126,10 @@ def test_a_job_waits_for_jobs_of_its_project_and_the_api_shows_both_ends(team: T
     assert [(edge["name"], edge["condition"], edge["state"]) for edge in middle["dependents"]] == [
         ("evaluate", "afterany", "queued")
     ]
-    assert list(
-        JobDependency.objects.order_by("id").values_list("child__name", "parent__name", "condition")
-    ) == [("train", "prepare", "afterok"), ("evaluate", "train", "afterany")]
+    assert list(JobDependency.objects.order_by("id").values_list("child__name", "parent__name", "condition")) == [
+        ("train", "prepare", "afterok"),
+        ("evaluate", "train", "afterany"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -165,10 +169,13 @@ def test_a_job_of_another_tenant_is_refused_exactly_as_one_that_does_not_exist(t
     nobody = uuid.uuid4()
     missing = team.post(name="spy", depends_on=[{"job": str(nobody), "condition": "afterany"}])
     assert (theirs.status_code, missing.status_code) == (400, 400)
-    words = "exists in project 'acme/vision' among the jobs you can see; a job can only wait for jobs of its own project."
+    words = (
+        "exists in project 'acme/vision' among the jobs you can see; a job can only wait for jobs of its own project."
+    )
     assert theirs.json()["fields"] == {"depends_on": [f"No job '{team.secret_job.pk}' {words}"]}
     assert missing.json()["fields"] == {"depends_on": [f"No job '{nobody}' {words}"]}
-    assert "secret" not in str(theirs.json()) and "othercorp" not in str(theirs.json())
+    assert "secret" not in str(theirs.json())
+    assert "othercorp" not in str(theirs.json())
     assert not Job.objects.filter(name="spy").exists()
 
 
@@ -259,8 +266,12 @@ def test_a_waiting_child_is_not_attempted_and_one_that_can_never_run_ends_before
     child.refresh_from_db()
     assert delivery.outcome == "waiting for its parents"
     assert (child.state, child.submit_attempts, child.slurm_job_id) == (JobState.QUEUED, 0, None)
-    assert child.last_error == "Waiting for “prepare” to reach Slurm: this job is sent with its dependency once it is there."
-    assert child.next_attempt_at is not None and child.next_attempt_at > timezone.now()
+    assert (
+        child.last_error
+        == "Waiting for “prepare” to reach Slurm: this job is sent with its dependency once it is there."
+    )
+    assert child.next_attempt_at is not None
+    assert child.next_attempt_at > timezone.now()
 
     _ended(parent, JobState.FAILED)
     assert job_deliver(job_id=child.pk).outcome == "never able to run"
@@ -300,7 +311,11 @@ def test_cancelling_a_queued_parent_says_what_becomes_of_its_children_and_they_f
     # The children's delivery judges them now: one never runs, the other goes to Slurm without the dependency.
     assert job_deliver(job_id=strict.pk).outcome == "never able to run"
     lenient_resolution = dependencies_resolve([lenient])[lenient.pk]
-    assert (lenient_resolution.never, lenient_resolution.waiting_for, lenient_resolution.slurm_dependency) == ("", [], "")
+    assert (lenient_resolution.never, lenient_resolution.waiting_for, lenient_resolution.slurm_dependency) == (
+        "",
+        [],
+        "",
+    )
 
 
 # Pages -------------------------------------------------------------------------------------------------
@@ -330,7 +345,8 @@ def test_the_form_offers_the_projects_recent_jobs_and_submits_a_pipeline_step(te
     assert list(child.dependencies.values_list("parent_id", "condition")) == [(parent.pk, "afterany")]
 
     page = browser.get(f"/jobs/{child.pk}/").content.decode()
-    assert 'id="pipeline"' in page and "<svg" in page
+    assert 'id="pipeline"' in page
+    assert "<svg" in page
     assert "runs after it ends, however it ends (<code>afterany</code>)" in page
     parent_page = browser.get(f"/jobs/{parent.pk}/").content.decode()
     assert 'id="cancel-effects"' in parent_page
@@ -378,7 +394,9 @@ def test_a_three_step_pipeline_runs_in_order_and_a_failing_first_step_stops_the_
         name="train", script="#!/bin/bash\necho train\n", depends_on=[{"job": prepare["id"], "condition": "afterok"}]
     )
     evaluate = project.submit(
-        name="evaluate", script="#!/bin/bash\necho evaluate\n", depends_on=[{"job": train["id"], "condition": "afterok"}]
+        name="evaluate",
+        script="#!/bin/bash\necho evaluate\n",
+        depends_on=[{"job": train["id"], "condition": "afterok"}],
     )
     broken = project.submit(name="broken", script="#!/bin/bash\nexit 3\n")
     blocked = project.submit(
@@ -386,15 +404,16 @@ def test_a_three_step_pipeline_runs_in_order_and_a_failing_first_step_stops_the_
     )
 
     last = project.wait_for(evaluate["id"], lambda job: job.is_final, timeout=90)
-    steps = [Job.objects.get(pk=job["id"]) for job in (prepare, train)] + [last]
+    steps = [Job.objects.get(pk=str(job["id"])) for job in (prepare, train)] + [last]
     assert [(step.state, step.exit_code) for step in steps] == [(JobState.COMPLETED, 0)] * 3
-    for earlier, later in zip(steps, steps[1:], strict=False):
-        assert earlier.ended_at is not None and later.started_at is not None
+    for earlier, later in itertools.pairwise(steps):
+        assert earlier.ended_at is not None
+        assert later.started_at is not None
         assert later.started_at >= earlier.ended_at.replace(microsecond=0)
     assert steps[1].slurm_dependency == f"afterok:{steps[0].slurm_job_id}"
 
     stopped = project.wait_for(blocked["id"], lambda job: job.state_reason == NEVER_SATISFIED_REASON, timeout=60)
-    assert Job.objects.get(pk=broken["id"]).state == JobState.FAILED
+    assert Job.objects.get(pk=str(broken["id"])).state == JobState.FAILED
     # 22.05 to 26.05 without kill_invalid_depend: Slurm keeps it pending, and the portal says it will never run.
     assert (stopped.state, stopped.started_at) == (JobState.PENDING, None)
     detail = project.api.get(f"/api/v1/jobs/{stopped.pk}/").json()
