@@ -589,7 +589,9 @@ def _record(*, outcomes: dict[uuid.UUID, _Outcome], claimed: list[Job], settled:
             _jobs_save(changed, fields=_DELIVERY_FIELDS)
             JobTransition.objects.bulk_create(transitions)
             # In Slurm now, or ended before it: the children waiting in the portal for them may go on.
-            dependents_wake(parent_ids=[job.pk for job in changed], now=now)
+            dependents_wake(
+                parent_ids=[job.pk for job in changed if job.slurm_job_id is not None or job.is_final], now=now
+            )
         if changed:
             transaction.on_commit(lambda: jobs_push_loaded(changed))
             transaction.on_commit(lambda: _deliveries_count(changed, outcomes, now=now))

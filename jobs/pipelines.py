@@ -317,17 +317,23 @@ def cancel_effects(job: Job) -> list[dict[str, Any]]:
 
 
 def pipeline_position(job: Job) -> str:
-    """The job's place in its pipeline in a few words ("step 2 of a pipeline: after “prep”; 1 job waits for it"),
-    or "" for a job with neither parents nor children: for the end notice."""
-    parents = list(JobDependency.objects.filter(child=job).select_related("parent").only("parent__name"))
-    waiting = JobDependency.objects.filter(parent=job).count()
-    if not parents and not waiting:
-        return ""
+    """The job's place in its pipeline as a sentence ("In its pipeline, it waited for “prepare”; “evaluate” waits
+    for it."), or "" for a job with neither parents nor children: for the end notice (two queries)."""
+    parents = [
+        edge.parent.name for edge in JobDependency.objects.filter(child=job).select_related("parent").order_by("id")
+    ]
+    children = [
+        edge.child.name for edge in JobDependency.objects.filter(parent=job).select_related("child").order_by("id")
+    ]
     parts = []
     if parents:
-        parts.append("it ran after " + ", ".join(f"“{edge.parent.name}”" for edge in parents))
-    if waiting:
-        parts.append(
-            f"{waiting} job{'s' if waiting != 1 else ''} of its pipeline wait{'s' if waiting == 1 else ''} for it"
-        )
-    return "; ".join(parts)
+        parts.append("it waited for " + _names(parents))
+    if children:
+        parts.append(_names(children) + (" wait" if len(children) > 1 else " waits") + " for it")
+    return f"In its pipeline, {'; '.join(parts)}." if parts else ""
+
+
+def _names(names: Sequence[str]) -> str:
+    quoted = [f"“{name}”" for name in names[:3]]
+    more = len(names) - len(quoted)
+    return ", ".join(quoted) + (f" and {more} more" if more else "")

@@ -16,19 +16,20 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from billing.job_end_notices import job_end_notices_send
 from clusters.models import Cluster, ClusterAccount
 from clusters.slurm.codecs import codec_for
 from clusters.slurm.types import JobSubmission
 from jobs.job_services import JobRequest, job_submit
 from jobs.job_sync import job_deliver
-from jobs.models import DependencyCondition, Job, JobDependency, JobState
+from jobs.models import DependencyCondition, Job, JobDependency, JobEndWatch, JobState
 from jobs.pipelines import (
     NEVER_SATISFIED_REASON,
     DependencyRequest,
     condition_outcome,
     dependencies_resolve,
 )
-from tenants.models import Project
+from tenants.models import Notification, Project
 from tests.factories import (
     add_project_member,
     grant_allocation,
@@ -316,6 +317,27 @@ def test_cancelling_a_queued_parent_says_what_becomes_of_its_children_and_they_f
         [],
         "",
     )
+
+
+def test_the_end_notice_of_a_pipeline_step_says_where_it_stands_in_its_pipeline(team: Team) -> None:
+    parent = _ended(team.submit(name="prepare"), JobState.FAILED)
+    child = team.submit(name="train", depends_on=(DependencyRequest(job=parent.pk, condition="afterany"),))
+    JobDependency.objects.filter(child=child).update(condition=DependencyCondition.AFTER_OK)  # as if it failed since
+    for job in (parent, child):
+        JobEndWatch.objects.create(job=job, user=team.member)
+    assert job_deliver(job_id=child.pk).outcome == "never able to run"
+
+    assert job_end_notices_send() == 2
+
+    bodies = dict(Notification.objects.values_list("title", "body"))
+    never = f"job “prepare” ({parent.pk}) ended failed, and this job was to run only after it succeeds"
+    assert bodies == {
+        "Job “prepare” failed": "Your job “prepare” in acme/vision on cluster pipecluster failed. It never ran, so it "
+        "costs nothing. In its pipeline, “train” waits for it.",
+        f"Job “train” was cancelled: never able to run: {never}": "Your job “train” in acme/vision on cluster "
+        f"pipecluster was cancelled: never able to run: {never}. It never ran, so it costs nothing. In its pipeline, "
+        "it waited for “prepare”.",
+    }
 
 
 # Pages -------------------------------------------------------------------------------------------------
