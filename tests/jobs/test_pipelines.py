@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,10 @@ from jobs.pipelines import (
     DependencyRequest,
     condition_outcome,
     dependencies_resolve,
+    dependents_wake,
 )
 from tenants.models import Notification, Project
+from tests.conftest import SentTask
 from tests.factories import (
     add_project_member,
     grant_allocation,
@@ -285,6 +288,25 @@ def test_a_waiting_child_is_not_attempted_and_one_that_can_never_run_ends_before
     assert [(edge["name"], edge["outcome"]) for edge in detail["depends_on"]] == [("prepare", "never")]
 
 
+def test_a_parent_reaching_slurm_wakes_its_waiting_children(
+    team: Team, sent_tasks: list[SentTask], django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    parent = team.submit(name="prepare")
+    child = team.submit(name="train", depends_on=(DependencyRequest(job=parent.pk, condition="afterok"),))
+    assert job_deliver(job_id=child.pk).outcome == "waiting for its parents"
+    Job.objects.filter(pk=parent.pk).update(slurm_job_id=41, state=JobState.PENDING)
+    sent_tasks.clear()
+
+    now = timezone.now()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert dependents_wake(parent_ids=[parent.pk], now=now) == 1
+
+    child.refresh_from_db()
+    assert child.next_attempt_at == now
+    assert sent_tasks == [("jobs.tasks.job_submit", (str(child.pk),))]
+    assert dependencies_resolve([child])[child.pk].slurm_dependency == "afterok:41"
+
+
 def test_cancelling_a_queued_parent_says_what_becomes_of_its_children_and_they_follow(team: Team) -> None:
     parent = team.submit(name="prepare")
     strict = team.submit(name="train", depends_on=(DependencyRequest(job=parent.pk, condition="afterok"),))
@@ -404,7 +426,7 @@ def test_a_job_that_can_never_run_says_so_on_its_page(team: Team) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_three_step_pipeline_runs_in_order_and_a_failing_first_step_stops_the_second(
+def test_a_three_step_pipeline_runs_in_order_a_failing_first_step_stops_the_second_and_a_cancel_is_followed(
     live: LiveCluster, contract_project: LiveProject, celery_worker: str
 ) -> None:
     if live.name not in ("local", "north"):
@@ -421,6 +443,9 @@ def test_a_three_step_pipeline_runs_in_order_and_a_failing_first_step_stops_the_
         depends_on=[{"job": train["id"], "condition": "afterok"}],
     )
     broken = project.submit(name="broken", script="#!/bin/bash\nexit 3\n")
+    holder = project.submit(name="holder", script="#!/bin/bash\nsleep 120\n")
+    strict = project.submit(name="strict", depends_on=[{"job": holder["id"], "condition": "afterok"}])
+    lenient = project.submit(name="lenient", depends_on=[{"job": holder["id"], "condition": "afterany"}])
     blocked = project.submit(
         name="blocked", script="#!/bin/bash\necho never\n", depends_on=[{"job": broken["id"], "condition": "afterok"}]
     )
@@ -441,5 +466,18 @@ def test_a_three_step_pipeline_runs_in_order_and_a_failing_first_step_stops_the_
     detail = project.api.get(f"/api/v1/jobs/{stopped.pk}/").json()
     assert detail["never_runs"].startswith("Job “broken”")
     assert detail["pending_reason"] == "the jobs it depends on can never satisfy the dependency; cancel it"
-    project.api.post(f"/api/v1/jobs/{stopped.pk}/cancel/")
-    project.wait_for(stopped.pk, lambda job: job.is_final)
+
+    # Cancelling a parent the children wait for in Slurm: told what becomes of them, and their states follow.
+    project.wait_for(strict["id"], lambda job: job.slurm_job_id is not None)
+    project.wait_for(lenient["id"], lambda job: job.slurm_job_id is not None)
+    cancel = project.api.post(f"/api/v1/jobs/{holder['id']}/cancel/").json()
+    assert [(child["name"], child["will_run"]) for child in cancel["children_after_cancel"]] == [
+        ("strict", False),
+        ("lenient", True),
+    ]
+    assert project.wait_for(lenient["id"], lambda job: job.is_final).state == JobState.COMPLETED
+    never = project.wait_for(strict["id"], lambda job: job.state_reason == NEVER_SATISFIED_REASON)
+    assert (never.state, Job.objects.get(pk=str(holder["id"])).state) == (JobState.PENDING, JobState.CANCELLED)
+    for waiting in (stopped, never):
+        project.api.post(f"/api/v1/jobs/{waiting.pk}/cancel/")
+        project.wait_for(waiting.pk, lambda job: job.is_final)
