@@ -495,12 +495,13 @@ def _may_rerun(request: HttpRequest, job: Job) -> bool:
     return not job.is_external and bool(job.script) and _allowed(request, job, JobAction.RERUN)
 
 
-def _waiting(request: HttpRequest, job: Job) -> dict[str, Any] | None:
+def _waiting(request: HttpRequest, job: Job, pipeline: Pipeline) -> dict[str, Any] | None:
     """For a pending job: why it waits in plain words, when Slurm expects it to start, and where it could start
     now instead (offered to those who may both cancel it and run it again)."""
     if job.state != JobState.PENDING:
         return None
-    movable = _may_cancel(request, job) and _may_rerun(request, job)
+    # A pipeline's step waits for its parents, not for GPUs: run elsewhere now, it would run before them.
+    movable = not pipeline.parents and _may_cancel(request, job) and _may_rerun(request, job)
     return {
         "reason": pending_reason_text(job.state_reason),
         "expected_start_at": job.expected_start_at,
@@ -533,7 +534,7 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         "pipeline": pipeline,
         "pipeline_graph": _pipeline_graph(job, pipeline),
         "cancel_effects": cancel_effects(job) if _may_cancel(request, job) else [],
-        "waiting": _waiting(request, job),
+        "waiting": _waiting(request, job, pipeline),
         "watching": job_end_watching(user=request.user, job=job),  # type: ignore[arg-type]
         "project_label": _label(job.project),
         "tasks": tasks,
