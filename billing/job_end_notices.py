@@ -19,6 +19,7 @@ from django.utils import timezone
 from billing.models import Rate
 from billing.selectors import job_usage
 from jobs.models import FINAL_JOB_STATES, Job, JobEndWatch, JobState
+from jobs.pipelines import NEVER_SATISFIED_REASON, pipeline_position
 from quotas.models import LedgerEntry, LedgerKind
 from quotas.units import gpu_seconds_to_hours
 from tenants.notifications import notifications_send
@@ -47,12 +48,15 @@ def job_end_notices_send(*, now: datetime | None = None, batch_size: int = NOTIC
             cost = _cost_sentence(job)
             if cost is None:
                 continue  # ran, and its usage is not priced yet: the next import prices it
+            # A step of a pipeline says where it stands in it (what it waited for, what waits for it).
+            position = pipeline_position(job)
             notifications_send(
                 users=[watch.user for watch in waiting],
                 tenant=job.project.tenant,
                 kind="job.ended",
                 title=f"Job “{job.name}” {_outcome(job)}",
-                body=f"Your job “{job.name}” in {job.project} on cluster {job.cluster.name} {_outcome(job)}. {cost}",
+                body=f"Your job “{job.name}” in {job.project} on cluster {job.cluster.name} {_outcome(job)}. {cost}"
+                + (f" {position}" if position else ""),
                 link=f"/jobs/{job.pk}/",
             )
             JobEndWatch.objects.filter(pk__in=[watch.pk for watch in waiting]).update(notified_at=now)
@@ -64,6 +68,8 @@ def _outcome(job: Job) -> str:
     state = job.get_state_display().lower()
     if job.state == JobState.REJECTED and job.last_error:
         return f"was rejected: {job.last_error}"
+    if job.state == JobState.CANCELLED and job.state_reason == NEVER_SATISFIED_REASON and job.last_error:
+        return f"was cancelled: {job.last_error[0].lower()}{job.last_error[1:].rstrip('.')}"
     if job.exit_code is not None and job.state in (JobState.COMPLETED, JobState.FAILED):
         return f"{state} with exit code {job.exit_code}"
     return "timed out" if job.state == JobState.TIMEOUT else state

@@ -30,7 +30,8 @@ from clusters.selectors import cluster_list_active, cluster_list_for_user
 from jobs.end_watches import job_end_watch_set, job_end_watching
 from jobs.fitting import CoveredShape, covered_shape_choose, free_alternatives
 from jobs.job_services import JobRequest, job_cancel, job_submit, job_template_resolve
-from jobs.models import ACTIVE_JOB_STATES, Job, JobArrayTask, JobState
+from jobs.models import ACTIVE_JOB_STATES, DependencyCondition, Job, JobArrayTask, JobState
+from jobs.pipelines import DependencyRequest, Edge, Pipeline, cancel_effects, pipeline_of
 from jobs.reasons import pending_reason_text
 from jobs.reruns import job_rerun
 from jobs.selectors import (
@@ -39,6 +40,7 @@ from jobs.selectors import (
     job_get_for_user,
     job_is_gpu_idle,
     job_list_filtered_for_user,
+    job_pipeline_parent_choices,
     job_reruns_list,
     job_template_list_for_user,
     project_list_submittable_for_user,
@@ -81,6 +83,31 @@ class JobForm(forms.Form):
     script = forms.CharField(max_length=10_000_000, required=False, strip=False)
     environment = forms.CharField(max_length=1_000_000, required=False, strip=False)
     array = forms.CharField(max_length=1000, required=False)
+    # The jobs it waits for: ids ticked in `depends_on`, each with its condition in `condition_<id>` (read from
+    # the POST by `depends_on_from`, since their names depend on the jobs offered).
+    depends_on = forms.CharField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.dependencies: tuple[DependencyRequest, ...] = ()
+
+    def depends_on_from(self, post: Any) -> None:
+        """Read the ticked parents and their conditions; a malformed one is a form error of `depends_on`."""
+        chosen = []
+        for raw in post.getlist("depends_on"):
+            try:
+                job_id = UUID(raw)
+            except ValueError:
+                self.add_error("depends_on", f"'{raw[:40]}' is not a job id.")
+                continue
+            condition = post.get(f"condition_{raw}", DependencyCondition.AFTER_OK)
+            if condition not in DependencyCondition.values:
+                self.add_error(
+                    "depends_on", f"'{condition[:40]}' is not a condition; use afterok, afterany or afternotok."
+                )
+                continue
+            chosen.append(DependencyRequest(job=job_id, condition=condition))
+        self.dependencies = tuple(chosen)
 
     def clean_script(self) -> str:
         # Browsers send a textarea's line breaks as CRLF; "#!/bin/bash\r" would be a bad interpreter in Slurm.
@@ -115,6 +142,7 @@ class JobForm(forms.Form):
             environment=data["environment"],
             template=data["template"] or None,
             array=data["array"] or None,
+            depends_on=self.dependencies,
         )
 
     def rerun_overrides(self) -> dict[str, Any]:
@@ -247,6 +275,16 @@ def _render_submit(
         "templates": _templates(request, choices.project),
         "template_query": urlencode(query),
         "partitions": list(choices.cluster.partitions.all()) if choices.cluster else [],
+        # A pipeline's step waits for jobs of the same project on the same cluster (not offered for a rerun).
+        "parent_choices": []
+        if rerun_of is not None or choices.project is None
+        else job_pipeline_parent_choices(
+            project=choices.project, cluster_id=choices.cluster.pk if choices.cluster else None
+        ),
+        "conditions": DependencyCondition.choices,
+        "chosen_parents": {
+            value: request.POST.get(f"condition_{value}", "") for value in request.POST.getlist("depends_on")
+        },
         "gpu_types": list(choices.cluster.gpu_types.all()) if choices.cluster else [],
         "rerun_of": rerun_of,
     }
@@ -311,7 +349,10 @@ def _submit(request: HttpRequest) -> HttpResponse:
         cluster_name=request.POST.get("cluster", ""),
     )
     values = {key: request.POST.get(key, "") for key in JobForm.base_fields}
-    if not form.is_valid():
+    valid = form.is_valid()
+    if original is None:
+        form.depends_on_from(request.POST)
+    if not valid or form.errors:
         errors = {field: [str(text) for text in texts] for field, texts in form.errors.items()}
         return _render_submit(request, choices=choices, values=values, errors=errors, rerun_of=original)
     try:
@@ -327,6 +368,7 @@ def _submit(request: HttpRequest) -> HttpResponse:
     except Conflict as error:
         return _render_submit(request, choices=choices, values=values, form_errors=[str(error)], rerun_of=original)
     messages.success(request, f"Job “{job.name}” was accepted; a worker is handing it to {job.cluster.name}.")
+    # (A job of a pipeline waits in Slurm for its parents: its page shows them.)
     return redirect("job-detail", job_id=job.pk)
 
 
@@ -453,12 +495,13 @@ def _may_rerun(request: HttpRequest, job: Job) -> bool:
     return not job.is_external and bool(job.script) and _allowed(request, job, JobAction.RERUN)
 
 
-def _waiting(request: HttpRequest, job: Job) -> dict[str, Any] | None:
+def _waiting(request: HttpRequest, job: Job, pipeline: Pipeline) -> dict[str, Any] | None:
     """For a pending job: why it waits in plain words, when Slurm expects it to start, and where it could start
     now instead (offered to those who may both cancel it and run it again)."""
     if job.state != JobState.PENDING:
         return None
-    movable = _may_cancel(request, job) and _may_rerun(request, job)
+    # A pipeline's step waits for its parents, not for GPUs: run elsewhere now, it would run before them.
+    movable = not pipeline.parents and _may_cancel(request, job) and _may_rerun(request, job)
     return {
         "reason": pending_reason_text(job.state_reason),
         "expected_start_at": job.expected_start_at,
@@ -473,6 +516,7 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
     """A job: facts, timeline, cost, the cancel button where allowed, and its live log."""
     job = job_get_for_user(user=request.user, job_id=job_id)
     usage = job_usage(job=job) if job.is_final else None
+    pipeline = pipeline_of(job)
     tasks, task = _array_tasks_shown(request, job)
     log_query = f"?task={task}" if task is not None else ""
     context = {
@@ -487,7 +531,10 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         "may_cancel": _may_cancel(request, job),
         "may_rerun": job.is_final and _may_rerun(request, job),
         "reruns": job_reruns_list(job=job),
-        "waiting": _waiting(request, job),
+        "pipeline": pipeline,
+        "pipeline_graph": _pipeline_graph(job, pipeline),
+        "cancel_effects": cancel_effects(job) if _may_cancel(request, job) else [],
+        "waiting": _waiting(request, job, pipeline),
         "watching": job_end_watching(user=request.user, job=job),  # type: ignore[arg-type]
         "project_label": _label(job.project),
         "tasks": tasks,
@@ -504,6 +551,71 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         },
     }
     return render(request, "frontend/jobs/detail.html", context)
+
+
+# The pipeline graph: one box per job, parents in the left column, the job in the middle, children on the right.
+_BOX_WIDTH, _BOX_HEIGHT, _COLUMN_GAP, _ROW_GAP = 200, 44, 90, 14
+
+
+def _pipeline_graph(job: Job, pipeline: Pipeline) -> dict[str, Any] | None:
+    """Boxes and arrows of the job's pipeline as SVG coordinates (server-rendered; no script); None: no pipeline."""
+    if not pipeline.parents and not pipeline.children:
+        return None
+    rows = max(len(pipeline.parents), len(pipeline.children), 1)
+    height = rows * (_BOX_HEIGHT + _ROW_GAP) + _ROW_GAP
+
+    def column(edges: list[Edge], x: int) -> list[dict[str, Any]]:
+        top = (height - len(edges) * (_BOX_HEIGHT + _ROW_GAP) + _ROW_GAP) // 2
+        return [
+            {
+                "x": x,
+                "y": top + index * (_BOX_HEIGHT + _ROW_GAP),
+                "job": edge.job,
+                "condition": edge.condition,
+                "words": edge.words,
+                "outcome": edge.outcome,
+            }
+            for index, edge in enumerate(edges)
+        ]
+
+    parents_x = 0
+    middle_x = _BOX_WIDTH + _COLUMN_GAP if pipeline.parents else 0
+    children_x = middle_x + _BOX_WIDTH + _COLUMN_GAP
+    centre_y = (height - _BOX_HEIGHT) // 2
+    centre = {"x": middle_x, "y": centre_y, "job": job}
+    parents = column(pipeline.parents, parents_x)
+    children = column(pipeline.children, children_x)
+    arrows = [
+        {
+            "x1": box["x"] + _BOX_WIDTH,
+            "y1": box["y"] + _BOX_HEIGHT // 2,
+            "x2": middle_x,
+            "y2": centre_y + _BOX_HEIGHT // 2,
+            **box,
+        }
+        for box in parents
+    ] + [
+        {
+            "x1": middle_x + _BOX_WIDTH,
+            "y1": centre_y + _BOX_HEIGHT // 2,
+            "x2": box["x"],
+            "y2": box["y"] + _BOX_HEIGHT // 2,
+            **box,
+        }
+        for box in children
+    ]
+    for arrow in arrows:
+        arrow["label_x"] = (arrow["x1"] + arrow["x2"]) // 2
+        arrow["label_y"] = (arrow["y1"] + arrow["y2"]) // 2 - 4
+    return {
+        "width": (children_x + _BOX_WIDTH) if pipeline.children else (middle_x + _BOX_WIDTH),
+        "height": height,
+        "box_width": _BOX_WIDTH,
+        "box_height": _BOX_HEIGHT,
+        "centre": centre,
+        "boxes": parents + children,
+        "arrows": arrows,
+    }
 
 
 ARRAY_TASKS_PER_PAGE = 50
@@ -526,15 +638,17 @@ def _array_tasks_shown(request: HttpRequest, job: Job) -> tuple[Page[JobArrayTas
 def job_cancel_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
     """Cancel the job (its owner, the project's managers, the tenant's admins), then back to its page."""
     job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.CANCEL)
+    effects = cancel_effects(job)
     try:
         cancelled = job_cancel(user=request.user, job=job)  # type: ignore[arg-type]
     except Conflict as error:
         messages.error(request, str(error))
     else:
+        children = "".join(f" {effect['words']}." for effect in effects)
         if cancelled.state == JobState.CANCELLED:
-            messages.success(request, "The job was cancelled before it reached Slurm.")
+            messages.success(request, f"The job was cancelled before it reached Slurm.{children}")
         else:
-            messages.success(request, "Cancel requested: a worker is cancelling the job in Slurm.")
+            messages.success(request, f"Cancel requested: a worker is cancelling the job in Slurm.{children}")
     return redirect("job-detail", job_id=job.pk)
 
 

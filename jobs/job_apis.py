@@ -25,6 +25,7 @@ from jobs.arrays import PROGRESS_KEYS
 from jobs.end_watches import job_end_watch_set
 from jobs.job_services import JobRequest
 from jobs.models import (
+    DependencyCondition,
     Job,
     JobArrayTask,
     JobEfficiency,
@@ -33,6 +34,7 @@ from jobs.models import (
     JobTransition,
     JobTransitionArchive,
 )
+from jobs.pipelines import MAX_PARENTS, DependencyRequest, Edge, Pipeline, cancel_effects, condition_words, pipeline_of
 from jobs.reasons import pending_reason_text
 from jobs.reruns import RERUN_FIELDS, job_rerun
 from jobs.selectors import (
@@ -184,6 +186,22 @@ class JobOutput(serializers.Serializer[Any]):
         return links
 
 
+class JobEdgeOutput(serializers.Serializer[Any]):
+    job = serializers.UUIDField(source="job.pk")
+    name = serializers.CharField(source="job.name")
+    state = serializers.ChoiceField(source="job.state", choices=JobState.choices)
+    slurm_job_id = serializers.IntegerField(source="job.slurm_job_id", allow_null=True)
+    condition = serializers.ChoiceField(choices=DependencyCondition.choices, help_text="afterok, afterany, afternotok")
+    condition_words = serializers.CharField(source="words", help_text="The condition in plain words")
+    outcome = serializers.ChoiceField(
+        choices=["waiting", "met", "never"], help_text="What the parent's state says of the condition so far"
+    )
+
+
+def _edges(edges: list[Edge]) -> list[dict[str, Any]]:
+    return list(JobEdgeOutput(edges, many=True).data)
+
+
 class JobDetailOutput(JobOutput):
     script = serializers.CharField()
     environment = serializers.DictField(child=serializers.CharField())
@@ -207,6 +225,32 @@ class JobDetailOutput(JobOutput):
 
     def get_reruns(self, job: Job) -> list[str]:
         return [str(rerun_id) for rerun_id in job.reruns.order_by("created_at", "id").values_list("pk", flat=True)]
+
+    depends_on = serializers.SerializerMethodField(help_text="The jobs it waits for (its pipeline's parents)")
+    dependents = serializers.SerializerMethodField(help_text="The jobs that wait for it (its pipeline's children)")
+    never_runs = serializers.SerializerMethodField(
+        help_text="Why it will never run (a parent ended the wrong way; Slurm's DependencyNeverSatisfied); "
+        "empty when it may run"
+    )
+
+    def _pipeline(self, job: Job) -> Pipeline:
+        # Read once for both fields (two queries), kept on the serializer for the job it serializes.
+        cached: tuple[Any, Pipeline] | None = getattr(self, "_pipeline_read", None)
+        if cached is None or cached[0] != job.pk:
+            cached = (job.pk, pipeline_of(job))
+            self._pipeline_read = cached
+        return cached[1]
+
+    @extend_schema_field(JobEdgeOutput(many=True))
+    def get_depends_on(self, job: Job) -> list[dict[str, Any]]:
+        return _edges(self._pipeline(job).parents)
+
+    @extend_schema_field(JobEdgeOutput(many=True))
+    def get_dependents(self, job: Job) -> list[dict[str, Any]]:
+        return _edges(self._pipeline(job).children)
+
+    def get_never_runs(self, job: Job) -> str:
+        return self._pipeline(job).never
 
 
 class JobSubmitOutput(JobDetailOutput):
@@ -233,9 +277,37 @@ class JobSubmitOutput(JobDetailOutput):
     def get_reruns(self, job: Job) -> list[str]:
         return []  # just accepted: nothing runs it again yet (and the reply reads nothing back)
 
+    def _pipeline(self, job: Job) -> Pipeline:
+        parents: list[tuple[Job, str]] | None = self.context.get("parents")
+        if parents is None:  # the job an earlier request with the same key created: read back
+            return super()._pipeline(job)
+        edges = [
+            Edge(
+                job=parent,
+                condition=condition,
+                words=condition_words(condition, array=parent.is_array),
+                outcome="waiting",
+            )
+            for parent, condition in parents
+        ]
+        return Pipeline(parents=edges, children=[], never="")
+
     @extend_schema_field(JobTransitionOutput(many=True))
     def get_transitions(self, job: Job) -> list[dict[str, Any]]:
         return list(JobTransitionOutput(self.context["transitions"], many=True).data)
+
+
+class DependencyInput(BodyInput):
+    job = serializers.UUIDField(help_text="A job of the same project and cluster, by its portal id")
+    condition = serializers.ChoiceField(
+        choices=DependencyCondition.choices,
+        help_text="afterok: after it succeeds (an array: every task); afterany: after it ends, however; "
+        "afternotok: after it fails (an array: a task)",
+        error_messages={
+            "invalid_choice": "'{input}' is not a condition; use afterok (after it succeeds; for an array, every "
+            "task), afterany (after it ends, however it ends) or afternotok (after it fails)."
+        },
+    )
 
 
 class JobSubmitInput(BodyInput):
@@ -262,6 +334,13 @@ class JobSubmitInput(BodyInput):
         allow_blank=True,
         help_text="Make it a job array: task indexes such as 0-99, 1,5,9 or 0-99:2, optionally with %N, the most "
         "tasks running at once (0-99%10); each task gets SLURM_ARRAY_TASK_ID",
+    )
+    depends_on = serializers.ListField(
+        child=DependencyInput(),
+        required=False,
+        max_length=MAX_PARENTS,
+        help_text='Jobs of the same project this one waits for: [{"job": "<id>", "condition": "afterok"}]; it '
+        "starts only once each has ended as its condition asks",
     )
 
 
@@ -339,10 +418,13 @@ class JobListApi(generics.ListAPIView):  # type: ignore[type-arg]
         project, target = submission_project_get(
             user=request.user, label=data.pop("project"), cluster_name=data["cluster"]
         )
+        depends_on = tuple(
+            DependencyRequest(job=each["job"], condition=each["condition"]) for each in data.pop("depends_on", [])
+        )
         accepted = job_services.job_submit_accepted(
             user=request.user,  # type: ignore[arg-type]
             project=project,
-            request=JobRequest(**data, idempotency_key=key),
+            request=JobRequest(**data, idempotency_key=key, depends_on=depends_on),
             target=target,
         )
         return _accepted_reply(accepted)
@@ -366,7 +448,10 @@ def _accepted_reply(accepted: job_services.Accepted) -> Response:
     else:
         job = job_detail_load(job_id=accepted.job.pk)  # access was checked on the project or job
         transitions, estimate = job.timeline, None
-    reply = JobSubmitOutput(job, context={"estimate": estimate, "transitions": transitions}).data
+    context = {"estimate": estimate, "transitions": transitions}
+    if accepted.created:
+        context["parents"] = accepted.parents
+    reply = JobSubmitOutput(job, context=context).data
     code = status.HTTP_202_ACCEPTED if accepted.created else status.HTTP_200_OK
     return Response(reply, status=code, headers={"Location": reverse("api-job", args=[job.pk])})
 
@@ -381,18 +466,39 @@ class JobDetailApi(APIView):
         return Response(JobDetailOutput(job_get_for_user(user=request.user, job_id=job_id)).data)
 
 
+class JobCancelEffectOutput(serializers.Serializer[Any]):
+    job = serializers.UUIDField(source="job.pk")
+    name = serializers.CharField(source="job.name")
+    condition = serializers.ChoiceField(choices=DependencyCondition.choices)
+    will_run = serializers.BooleanField(help_text="false: the child will never run (it waited for this job to succeed)")
+    words = serializers.CharField(help_text="What happens to it, in plain words")
+
+
+class JobCancelOutput(JobDetailOutput):
+    children_after_cancel = serializers.SerializerMethodField(
+        help_text="What the cancel does to the jobs waiting for this one: afterok children will never run, afterany "
+        "and afternotok children will run"
+    )
+
+    @extend_schema_field(JobCancelEffectOutput(many=True))
+    def get_children_after_cancel(self, job: Job) -> list[dict[str, Any]]:
+        return list(JobCancelEffectOutput(self.context.get("cancel_effects", []), many=True).data)
+
+
 class JobCancelApi(APIView):
     @extend_schema(
         operation_id="jobs_cancel",
         summary="Cancel a job (its owner, project managers, tenant admins); a queued job never reaches Slurm",
         request=None,
-        responses={202: JobDetailOutput, **ERRORS_WITH_CONFLICT},
+        responses={202: JobCancelOutput, **ERRORS_WITH_CONFLICT},
     )
     def post(self, request: Request, job_id: str) -> Response:
         job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.CANCEL)
+        effects = cancel_effects(job)  # told before: a child that then ends is no longer "waiting"
         job_services.job_cancel(user=request.user, job=job)  # type: ignore[arg-type]
         job = job_get_for_user(user=request.user, job_id=job_id)
-        return Response(JobDetailOutput(job).data, status=status.HTTP_202_ACCEPTED)
+        reply = JobCancelOutput(job, context={"cancel_effects": effects}).data
+        return Response(reply, status=status.HTTP_202_ACCEPTED)
 
 
 class JobRerunInput(JobSubmitInput):

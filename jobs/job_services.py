@@ -25,6 +25,7 @@ from clusters.selectors import SubmissionTarget, cluster_list_active, submission
 from jobs.arrays import ArrayExpressionError, ArraySpec, array_parse, array_tasks_end_before_slurm
 from jobs.models import Job, JobArrayTask, JobState, JobTemplate, JobTransition
 from jobs.paths import JobPaths, job_paths
+from jobs.pipelines import DependencyRequest, dependencies_create, dependencies_validate, dependents_wake
 from jobs.reasons import pending_reason_text
 from jobs.sync_schedule import delivery_wake_needed
 from jobs.templates import BUILTIN_TEMPLATES
@@ -143,6 +144,7 @@ class JobRequest:
     array: str | None = None  # a job array's indexes ("0-99%10"); None or "": a plain job
     idempotency_key: str = ""
     rerun_of: uuid.UUID | None = None  # the job this one runs again (jobs/reruns.py)
+    depends_on: tuple[DependencyRequest, ...] = ()  # the jobs it waits for (jobs/pipelines.py)
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,7 @@ class Accepted:
     transitions: list[JobTransition] = field(default_factory=list)
     reservation: Reservation | None = None
     quota_gpu_type: str | None = None
+    parents: list[tuple[Job, str]] = field(default_factory=list)  # the jobs it waits for, with each condition
 
 
 def job_submit(*, user: User, project: Project, request: JobRequest) -> tuple[Job, bool]:
@@ -177,6 +180,13 @@ def job_submit_accepted(
     if target is None:
         target = submission_target_get(cluster_name=values["cluster"], user=user)
     problems = _validated(target=target, values=values)
+    parents: list[tuple[Job, str]] = []
+    if request.depends_on:  # a query only for a job of a pipeline
+        parents, dependency_problems = dependencies_validate(
+            project=project, cluster=target.cluster if target else None, requested=request.depends_on
+        )
+        if dependency_problems:
+            problems["depends_on"] = dependency_problems
     if problems:
         earlier = _earlier(user=user, idempotency_key=request.idempotency_key)
         if earlier is not None:  # a retry of a request that was accepted, whatever has changed since
@@ -208,6 +218,7 @@ def job_submit_accepted(
                 now=now,
                 idempotency_key=request.idempotency_key,
                 rerun_of=request.rerun_of,
+                parents=parents,
             )
     except IntegrityError:
         # The key was used before (a retry), or raced in from a parallel request: the first one won. The unique
@@ -251,6 +262,7 @@ def _job_create(
     now: datetime,
     idempotency_key: str,
     rerun_of: uuid.UUID | None = None,
+    parents: list[tuple[Job, str]] | None = None,
 ) -> Accepted:
     spec: ArraySpec | None = values["array_spec"]
     job = Job(
@@ -290,6 +302,8 @@ def _job_create(
             [JobArrayTask(job=job, index=index, updated_at=now) for index in spec.indexes], batch_size=1000
         )
         job.array_indexes = list(spec.indexes)  # type: ignore[attr-defined]  # the reservation's tasks, unread
+    if parents:
+        dependencies_create(child=job, parents=parents)
     accepted = JobTransition.objects.create(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted")
     audit_record(
         actor=user,
@@ -303,6 +317,11 @@ def _job_create(
             "gpus": job.gpus,
             "gpu_type": job.gpu_type,
             **({"array": job.array} if job.array else {}),
+            **(
+                {"depends_on": [{"job": str(parent.pk), "condition": condition} for parent, condition in parents]}
+                if parents
+                else {}
+            ),
         },
     )
     # Last, so that the allocation's row lock is held only until the commit that follows. Refused for want of
@@ -323,6 +342,7 @@ def _job_create(
         transitions=[accepted],
         reservation=reservation,
         quota_gpu_type=values["quota_gpu_type"],
+        parents=list(parents or []),
     )
 
 
@@ -636,6 +656,7 @@ def job_cancel(*, user: User, job: Job) -> Job:
             fields += ["state", "ended_at"]
             array_tasks_end_before_slurm(job=locked, state=JobState.CANCELLED, now=now)
             fields.append("array_progress")
+            dependents_wake(parent_ids=[locked.pk], now=now)  # its children waiting in the portal are judged now
         else:
             task_enqueue_on_commit("jobs.tasks.job_cancel", str(locked.id), fallback="the job sync cancels it")
         locked.save(update_fields=fields)

@@ -48,6 +48,7 @@ from jobs.database_restores import database_restore_check, job_lost_before_deliv
 from jobs.job_services import cancelled_before_slurm, job_log_fields, job_transition, jobs_push, jobs_push_loaded
 from jobs.models import Job, JobState, JobTransition, job_id_from_tag
 from jobs.paths import JobDirectoryError, job_directory_prepare
+from jobs.pipelines import NEVER_SATISFIED_REASON, dependencies_resolve, dependents_wake, recheck_at, waiting_words
 from jobs.sync_schedule import delivery_wake_hold, delivery_wake_taken
 from portal import metrics
 from portal.queue import task_enqueue_on_commit
@@ -273,9 +274,13 @@ def _claim(batch: list[Job], *, now: datetime) -> tuple[list[Job], dict[uuid.UUI
     claimed: list[Job] = []
     settled: dict[uuid.UUID, Delivery] = {}
     finished: list[Job] = []
+    waiting: list[Job] = []
     transitions: list[JobTransition] = []
     give_up = timedelta(hours=settings.JOB_SUBMIT_GIVE_UP_HOURS)
+    # Jobs of a pipeline: what their parents allow now (one query for the batch; jobs/pipelines.py).
+    resolutions = dependencies_resolve(batch)
     for job in batch:
+        resolution = resolutions.get(job.pk)
         if job.cancel_requested_at is not None and job.submit_attempts == 0:
             transitions.append(_cancel_unsubmitted(job, now=now))
             settled[job.pk] = Delivery("cancelled before submission")
@@ -285,15 +290,33 @@ def _claim(batch: list[Job], *, now: datetime) -> tuple[list[Job], dict[uuid.UUI
             transitions.append(_reject(job, f"Slurm could not be reached for {hours} hours: {job.last_error}", now=now))
             settled[job.pk] = Delivery("gave up")
             finished.append(job)
+        elif resolution is not None and resolution.never:
+            transitions.append(_never_runs(job, resolution.never, now=now))
+            settled[job.pk] = Delivery("never able to run")
+            finished.append(job)
+        elif resolution is not None and resolution.waiting_for:
+            # Not attempted, so not counted: it is sent once every parent has a Slurm job id (their delivery
+            # wakes it), with nothing of its own exactly-once delivery changed.
+            job.last_error = waiting_words(resolution.waiting_for)
+            job.next_attempt_at = recheck_at(now)
+            job.updated_at = now
+            settled[job.pk] = Delivery("waiting for its parents")
+            waiting.append(job)
         else:
+            if resolution is not None:
+                job.slurm_dependency = resolution.slurm_dependency
+                Job.objects.filter(pk=job.pk).update(slurm_dependency=resolution.slurm_dependency)
             claimed.append(job)
             continue
         outcome = settled[job.pk].outcome
         level = logging.WARNING if outcome == "gave up" else logging.INFO
         logger.log(level, "job delivery %s", outcome, extra=job_log_fields(job, cluster=job.cluster.name))
     if finished:
-        _jobs_save(finished, fields=_DELIVERY_FIELDS)
+        _jobs_save(finished, fields=[*_DELIVERY_FIELDS, "state_reason"])
         JobTransition.objects.bulk_create(transitions)
+        dependents_wake(parent_ids=[job.pk for job in finished], now=now)
+    if waiting:
+        _jobs_save(waiting, fields=["last_error", "next_attempt_at", "updated_at"])
     if claimed:
         lease = now + timedelta(seconds=settings.JOB_SUBMIT_LEASE_SECONDS)
         Job.objects.filter(pk__in=[job.pk for job in claimed]).update(
@@ -446,6 +469,7 @@ def _submission(job: Job) -> JobSubmission:
         cpus=job.cpus,
         memory_mb=job.memory_gb * 1024 if job.memory_gb else None,
         array=job.array,
+        dependency=job.slurm_dependency,
     )
 
 
@@ -564,6 +588,10 @@ def _record(*, outcomes: dict[uuid.UUID, _Outcome], claimed: list[Job], settled:
                     changed.append(job)
             _jobs_save(changed, fields=_DELIVERY_FIELDS)
             JobTransition.objects.bulk_create(transitions)
+            # In Slurm now, or ended before it: the children waiting in the portal for them may go on.
+            dependents_wake(
+                parent_ids=[job.pk for job in changed if job.slurm_job_id is not None or job.is_final], now=now
+            )
         if changed:
             transaction.on_commit(lambda: jobs_push_loaded(changed))
             transaction.on_commit(lambda: _deliveries_count(changed, outcomes, now=now))
@@ -627,6 +655,21 @@ def _cancel_unsubmitted(job: Job, *, now: datetime) -> JobTransition:
     requester = job.cancel_requested_by.username if job.cancel_requested_by else "a user"
     transition = job_transition(job=job, to_state=JobState.CANCELLED, detail=cancelled_before_slurm(requester), at=now)
     array_tasks_end_before_slurm(job=job, state=JobState.CANCELLED, now=now)
+    job.ended_at = now
+    job.submit_lease_until = None
+    job.updated_at = now
+    return transition
+
+
+def _never_runs(job: Job, words: str, *, now: datetime) -> JobTransition:
+    """End a child whose parent already ended the wrong way, before Slurm (the caller saves it): cancelled, with
+    the reason Slurm itself gives such a job, so that pages say "will never run" whichever of them found it."""
+    transition = job_transition(
+        job=job, to_state=JobState.CANCELLED, detail=f"never able to run: {words}"[:500], at=now
+    )
+    array_tasks_end_before_slurm(job=job, state=JobState.CANCELLED, now=now)
+    job.state_reason = NEVER_SATISFIED_REASON
+    job.last_error = f"Never able to run: {words}."
     job.ended_at = now
     job.submit_lease_until = None
     job.updated_at = now

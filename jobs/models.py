@@ -96,6 +96,9 @@ class Job(models.Model):
 
     # While pending: when Slurm's backfill scheduler expects it to start (its `start_time` of a pending job).
     expected_start_at = models.DateTimeField(null=True, blank=True)
+    # The dependency as last sent to Slurm, in its own words (`afterok:41,afterany:42`); empty: none. The portal's
+    # own record of what the job waits for is its `JobDependency` rows (jobs/pipelines.py).
+    slurm_dependency = models.CharField(max_length=1000, blank=True)
     # The job this one runs again ("run again", "edit and run again", "run it there instead").
     rerun_of = models.ForeignKey("self", on_delete=models.SET_NULL, related_name="reruns", null=True, blank=True)
 
@@ -377,6 +380,35 @@ class JobArrayTask(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL_JOB_STATES
+
+
+class DependencyCondition(models.TextChoices):
+    """When a job may start after one of its parents, in Slurm's words (`sbatch --dependency`). On an array
+    parent Slurm reads them over all its tasks: `afterok` needs every task to succeed, `afternotok` one to fail."""
+
+    AFTER_OK = "afterok", "after it succeeds"
+    AFTER_ANY = "afterany", "after it ends, however it ends"
+    AFTER_NOT_OK = "afternotok", "after it fails"
+
+
+class JobDependency(models.Model):
+    """One edge of a pipeline: `child` may start only once `parent` (a job of the same project and cluster) has
+    ended as `condition` asks. The worker sends it to Slurm as the child's `dependency` (jobs/pipelines.py)."""
+
+    child = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependencies")
+    parent = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependent_edges")
+    condition = models.CharField(max_length=16, choices=DependencyCondition.choices)
+
+    class Meta:
+        ordering = ["child", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["child", "parent"], name="job_dependency_once"),
+            models.CheckConstraint(condition=~models.Q(child=models.F("parent")), name="job_dependency_not_self"),
+        ]
+        indexes = [models.Index(fields=["parent"], name="job_dependency_parent")]
+
+    def __str__(self) -> str:
+        return f"{self.child_id} {self.condition} {self.parent_id}"
 
 
 class JobTemplate(models.Model):

@@ -115,6 +115,19 @@ def job_reruns_list(*, job: Job) -> list[Job]:
     return list(job.reruns.order_by("created_at", "id").only("pk", "name", "state", "created_at"))
 
 
+# The submit form offers this many of a project's recent jobs as parents of a pipeline step.
+PIPELINE_PARENT_CHOICES = 15
+
+
+def job_pipeline_parent_choices(*, project: Project, cluster_id: int | None) -> list[Job]:
+    """The recent jobs of `project` on the cluster that a new job could wait for, newest first (the caller has
+    checked that the user may submit to the project): those not ended, and those that ended in the last day."""
+    if cluster_id is None:
+        return []
+    jobs = Job.objects.filter(project=project, cluster_id=cluster_id).order_by("-created_at", "-id")
+    return list(jobs.only("pk", "name", "state", "array", "created_at", "slurm_job_id")[:PIPELINE_PARENT_CHOICES])
+
+
 def job_array_task_list(*, job: Job, states: Collection[str] = ()) -> QuerySet[JobArrayTask]:
     """A job array's tasks by index (the caller has checked access to the job): one query per page."""
     tasks = JobArrayTask.objects.filter(job=job).order_by("index")

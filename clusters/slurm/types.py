@@ -121,6 +121,8 @@ class JobSubmission:
     hold: bool = False
     # A job array's index expression as `sbatch --array` takes it ("0-99%10", "1,5,9"); "" for a plain job.
     array: str = ""
+    # Other jobs it waits for, as `sbatch --dependency` takes it ("afterok:41:42,afterany:43"); "" for none.
+    dependency: str = ""
 
     @property
     def gpu_spec(self) -> str:

@@ -97,6 +97,8 @@ class DataParserCodec(Codec):
         }
         if submission.array:
             job["array"] = submission.array
+        if submission.dependency:
+            job["dependency"] = submission.dependency
         if submission.gpus:
             # These versions have no `gpus`/`gres` job fields: slurmrestd would drop them with a mere
             # warning. `tres_per_job` is what `sbatch --gpus` sends.

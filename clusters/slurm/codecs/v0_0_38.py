@@ -106,6 +106,8 @@ class V0038Codec(Codec):
             job["hold"] = True
         if submission.array:
             job["array"] = submission.array
+        if submission.dependency:
+            job["dependency"] = submission.dependency
         return {"script": submission.script, "job": job}
 
     def decode_submit(self, body: Json) -> SubmitResult:
