@@ -81,7 +81,7 @@ def _saved_gpu_seconds(job: Job, efficiency: JobEfficiency) -> int:
         return 0
     ended = job.ended_at or efficiency.ended_at
     limit_end = job.started_at + timedelta(minutes=job.time_limit_minutes)
-    return max(int((limit_end - ended).total_seconds()), 0) * job.gpus
+    return max(int((limit_end - ended).total_seconds()), 0) * job.total_gpus
 
 
 def job_waste_for(job: Job) -> JobWaste | None:

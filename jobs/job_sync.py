@@ -38,6 +38,7 @@ from structlog.contextvars import bound_contextvars
 from clusters import accounts
 from clusters.clients import slurm_client_for
 from clusters.models import Cluster, ClusterAccount
+from clusters.selectors import node_switches_of, one_switch_constraint
 from clusters.services import cluster_unreachable_record
 from clusters.slurm import SlurmClient, SlurmError, SlurmNotFound, SlurmRetryableError, SlurmTerminalError, SlurmTimeout
 from clusters.slurm.types import AccountingRecord, JobSubmission, SlurmJob
@@ -446,6 +447,13 @@ def _submission(job: Job) -> JobSubmission:
         cpus=job.cpus,
         memory_mb=job.memory_gb * 1024 if job.memory_gb else None,
         array=job.array,
+        nodes=job.node_count,
+        max_switches=job.max_switches,
+        switch_wait_seconds=job.switch_wait_minutes * 60 if job.switch_wait_minutes is not None else None,
+        # Read only for a job that asks for one switch (the v0.0.38 codec needs it): one query for such a job.
+        one_switch_constraint=(
+            one_switch_constraint(cluster_id=job.cluster_id, partition=job.partition) if job.max_switches == 1 else ""
+        ),
     )
 
 
@@ -960,6 +968,7 @@ _SYNCED_FIELDS = [
     "started_at",
     "ended_at",
     "nodes",
+    "switches",
     "gpu_indices",
     "exit_code",
     "last_error",
@@ -996,6 +1005,7 @@ def slurm_record_apply(
         at = slurm_job.submit_time if isinstance(slurm_job, SlurmJob) and slurm_job.submit_time else now
         transitions.append(job_transition(job=job, to_state=JobState.PENDING, detail=detail, at=min(at, now)))
         job.nodes = ""  # the cut-short run's; the next attempt's are not known until Slurm lists them
+        job.switches = []
     nodes = getattr(slurm_job, "nodes", job.nodes)
     if new_state is not None and new_state != job.state and not job.is_final:
         if job.state == JobState.QUEUED and new_state != JobState.PENDING:
@@ -1012,8 +1022,10 @@ def slurm_record_apply(
         transitions.append(job_transition(job=job, to_state=new_state, detail=detail, at=min(at, now)))
     job.slurm_state = slurm_job.state.value
     job.state_reason = "" if reason == "None" else reason[:200]
-    if nodes:
+    if nodes and nodes[:500] != job.nodes:
         job.nodes = nodes[:500]
+        # Where the run's nodes hang in the network, as the sync last saw the nodes: one query, once per run.
+        job.switches = node_switches_of(cluster_id=job.cluster_id, nodes=job.nodes)
     if isinstance(slurm_job, SlurmJob) and slurm_job.gpu_indices:
         # Slurm says which devices only while the job holds them; the last known stay where it ran.
         job.gpu_indices = {node: list(indices) for node, indices in slurm_job.gpu_indices}
