@@ -187,7 +187,8 @@ def test_the_estimate_says_what_the_job_costs_at_most_and_what_it_leaves(shop: S
         (
             "gpus",
             "9",
-            "A job runs on one node, and the nodes of partition 'gpu' have at most 4 h100 GPUs; ask for 4 or fewer.",
+            "`gpus` counts the GPUs on each node, and the nodes of partition 'gpu' have at most 4 h100 GPUs; ask "
+            "for 4 or fewer per node, and for more nodes (`nodes`) if you need more GPUs.",
         ),
         ("gpus", "0", "Ask for at least 1 GPU."),
         (

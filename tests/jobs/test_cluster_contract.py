@@ -16,14 +16,14 @@ from django.test import Client
 from clusters.accounts import cluster_slurm_reconcile
 from clusters.clients import slurm_client_for
 from clusters.models import Cluster, GpuType, Node, Partition, SlurmDriftKind
-from clusters.slurm.codecs.base import expand_hostlist
 from clusters.slurm.codecs import SUPPORTED_VERSIONS_NEWEST_FIRST
+from clusters.slurm.codecs.base import expand_hostlist
 from jobs.job_services import JobRequest, job_submit
 from jobs.job_sync import _submission, job_deliver
 from jobs.models import Job, JobState
 from jobs.paths import job_directory_prepare
-from jobs.templates import MULTI_NODE_TRAINING
 from jobs.quota_usage import QuotaUsageResult, quota_usage_collect
+from jobs.templates import MULTI_NODE_TRAINING
 from quotas.models import LedgerEntry
 from quotas.slurm_limits import quota_limit_sync
 from tests.conftest import SentTask, celery_workers_idle
@@ -112,7 +112,8 @@ def test_a_two_node_job_runs_on_two_nodes_and_its_page_names_them_and_their_swit
         **shape,
     )
     assert (reply["node_count"], reply["gpus"], reply["total_gpus"]) == (2, 1, 2)
-    assert reply["estimate"] is None or reply["estimate"]["total_gpus"] == 2
+    estimate = reply["estimate"]
+    assert estimate is None or (isinstance(estimate, dict) and estimate["total_gpus"] == 2)
 
     job = contract_project.wait_for(reply["id"], lambda job: job.is_final, timeout=90)
     assert (job.state, job.exit_code) == (JobState.COMPLETED, 0), job.last_error
@@ -137,7 +138,7 @@ def test_a_two_node_job_runs_on_two_nodes_and_its_page_names_them_and_their_swit
     switches = ", ".join(job.switches)
     expected = f"all under switch {switches}" if len(job.switches) == 1 else f"spans 2 switches: {switches}"
     assert f'<dd id="job-switches">{expected}</dd>' in page
-    assert '<dd id="job-gpus">2 in all: 2 nodes × 1' in page
+    assert '<dd id="job-gpus">2 in all: 2 nodes \N{MULTIPLICATION SIGN} 1' in page
 
 
 def test_a_running_job_is_cancelled_through_the_portal(contract_project: LiveProject, celery_worker: str) -> None:
