@@ -239,7 +239,7 @@ def efficiency_csv(report: EfficiencyReport) -> str:
                 job.user.username if job.user else job.cluster_username,
                 job.started_at.isoformat() if job.started_at else "",
                 job.ended_at.isoformat() if job.ended_at else "",
-                job.gpus,
+                job.total_gpus,
                 efficiency.source,
                 "" if mean is None else f"{mean:.1f}",
                 "" if efficiency.peak_memory_mib is None else efficiency.peak_memory_mib,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -416,13 +416,20 @@ SUBMISSION_TARGET_SQL = """(
 # Network topology --------------------------------------------------------------------------------------
 
 
-def node_switches_of(*, cluster_id: int, nodes: str) -> list[str]:
+def node_switch_map(*, cluster_id: int) -> dict[str, str]:
+    """Each node of the cluster and its leaf switch ("" where the sync knows none), as last synced."""
+    return dict(Node.objects.filter(cluster_id=cluster_id).values_list("name", "switch"))
+
+
+def node_switches_of(*, cluster_id: int, nodes: str, switch_of: Mapping[str, str] | None = None) -> list[str]:
     """The leaf switches the nodes of a Slurm host list ("gpu[01-02]") hang under, in node order, each once; a node
-    the sync knows no switch for is left out (so [] when the cluster describes none)."""
+    the sync knows no switch for is left out (so [] when the cluster describes none). `switch_of`: the cluster's
+    `node_switch_map`, when the caller has it (no query then)."""
     names = expand_hostlist(nodes)
     if not names:
         return []
-    switch_of = dict(Node.objects.filter(cluster_id=cluster_id, name__in=names).values_list("name", "switch"))
+    if switch_of is None:
+        switch_of = dict(Node.objects.filter(cluster_id=cluster_id, name__in=names).values_list("name", "switch"))
     switches: list[str] = []
     for name in names:
         switch = switch_of.get(name, "")

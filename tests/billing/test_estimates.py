@@ -147,6 +147,8 @@ def test_a_typed_rate_prices_the_gpus_for_their_whole_time_limit(
         "partition": "gpu",
         "gpu_type": "h100",  # not asked for: the partition has no other
         "gpus": gpus,
+        "nodes": 1,
+        "total_gpus": gpus,
         "time_limit_minutes": minutes,
         "array_tasks": 0,
         "array_tasks_that_fit": None,

@@ -437,12 +437,18 @@ def test_members_save_templates_and_see_them_with_the_built_ins(project: Project
     assert duplicate.status_code == 400
     assert duplicate.json()["fields"]["name"] == [f"Project '{label}' already has a template named 'nightly eval'."]
     listed = _api(viewer).get("/api/v1/job-templates/", {"project": label}).json()["results"]
-    builtins = ["gpu-smoke-test", "pytorch-multi-gpu-training", "parameter-sweep", "array-sweep"]
+    builtins = [
+        "gpu-smoke-test",
+        "pytorch-multi-gpu-training",
+        "pytorch-multi-node-training",
+        "parameter-sweep",
+        "array-sweep",
+    ]
     assert [t["id"] for t in listed] == [*builtins, created.json()["id"]]
     assert listed[-1]["kind"] == "project"
     assert listed[-1]["created_by"] == member.username
     outsider_view = _api(make_user()).get("/api/v1/job-templates/").json()["results"]
-    assert [t["kind"] for t in outsider_view] == ["builtin"] * 4
+    assert [t["kind"] for t in outsider_view] == ["builtin"] * 5
 
 
 def test_only_the_author_or_a_manager_changes_a_template(project: Project, cluster: Cluster) -> None:
