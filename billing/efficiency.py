@@ -81,7 +81,7 @@ def _saved_gpu_seconds(job: Job, efficiency: JobEfficiency) -> int:
         return 0
     ended = job.ended_at or efficiency.ended_at
     limit_end = job.started_at + timedelta(minutes=job.time_limit_minutes)
-    return max(int((limit_end - ended).total_seconds()), 0) * job.gpus
+    return max(int((limit_end - ended).total_seconds()), 0) * job.total_gpus
 
 
 def job_waste_for(job: Job) -> JobWaste | None:
@@ -239,7 +239,7 @@ def efficiency_csv(report: EfficiencyReport) -> str:
                 job.user.username if job.user else job.cluster_username,
                 job.started_at.isoformat() if job.started_at else "",
                 job.ended_at.isoformat() if job.ended_at else "",
-                job.gpus,
+                job.total_gpus,
                 efficiency.source,
                 "" if mean is None else f"{mean:.1f}",
                 "" if efficiency.peak_memory_mib is None else efficiency.peak_memory_mib,

@@ -52,7 +52,12 @@ class EstimateInput(BodyInput):
     cluster = serializers.CharField(help_text="A cluster from GET /api/v1/clusters/")
     partition = serializers.CharField(required=False, help_text="Default: the cluster's default partition")
     gpu_type = serializers.CharField(required=False, allow_blank=True, help_text="e.g. h100; default: any")
-    gpus = serializers.IntegerField(required=False, min_value=1, max_value=1000, help_text="Default 1")
+    gpus = serializers.IntegerField(
+        required=False, min_value=1, max_value=1000, help_text="GPUs on each node; default 1"
+    )
+    nodes = serializers.IntegerField(
+        source="node_count", required=False, min_value=1, max_value=10_000, help_text="Nodes; default 1"
+    )
     time_limit_minutes = serializers.IntegerField(
         required=False, min_value=1, max_value=10_000_000, help_text="Default: the partition's default, else 60"
     )
@@ -87,13 +92,17 @@ class EstimateOutput(serializers.Serializer[Any]):
     cluster = serializers.CharField()
     partition = serializers.CharField()
     gpu_type = serializers.CharField(help_text="The type the GPUs will have; empty when any type may come")
-    gpus = serializers.IntegerField()
+    gpus = serializers.IntegerField(help_text="GPUs on each node")
+    nodes = serializers.IntegerField(help_text="Nodes of each run")
+    total_gpus = serializers.IntegerField(help_text="gpus x nodes")
     time_limit_minutes = serializers.IntegerField()
     array_tasks = serializers.IntegerField(help_text="A job array's number of tasks; 0 for a plain job")
     array_tasks_that_fit = serializers.IntegerField(
         allow_null=True, help_text="How many of the array's tasks the allocation has room for; null: no array"
     )
-    gpu_hours = gpu_hours_field("The most the job can use, and so what it reserves: tasks x GPUs x time limit")
+    gpu_hours = gpu_hours_field(
+        "The most the job can use, and so what it reserves: tasks x nodes x GPUs per node x time limit"
+    )
     rate = EstimateRateOutput(allow_null=True, help_text="The rate in force now; null: no price is set")
     max_cost = _amount_field("gpu_hours x the rate's price; null without a rate", allow_null=True)
     currency = serializers.CharField(allow_null=True)

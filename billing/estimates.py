@@ -58,6 +58,11 @@ class Estimate:
     refusal: str = ""
     array_task_count: int = 0
     task_gpu_seconds: int = 0  # one task's share of `gpu_seconds`
+    node_count: int = 1  # `gpus` is per node
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus * self.node_count
 
     @property
     def array_tasks_that_fit(self) -> int | None:
@@ -88,7 +93,10 @@ class Estimate:
         return f"{self._cost_sentence()}; {self._allocation_sentence()}."
 
     def _cost_sentence(self) -> str:
-        hours = f"At most {gpu_seconds_to_hours(self.gpu_seconds)} GPU-hours on {self.gpu_type or 'any GPU type'}"
+        shape = f" ({self.node_count} nodes x {self.gpus} GPUs)" if self.node_count > 1 else ""
+        hours = (
+            f"At most {gpu_seconds_to_hours(self.gpu_seconds)} GPU-hours{shape} on {self.gpu_type or 'any GPU type'}"
+        )
         if self.rate is None:
             kind = f"{self.gpu_type} GPUs" if self.gpu_type else "GPUs without a type"
             return (
@@ -163,6 +171,7 @@ def _priced(
         refusal=refusal,
         array_task_count=job.array_task_count,
         task_gpu_seconds=task_gpu_seconds_needed(job),
+        node_count=job.node_count,
     )
 
 
@@ -181,6 +190,7 @@ def estimate_for_request(*, project: Project, request: JobRequest, now: datetime
         partition=shape.partition,
         gpu_type=shape.gpu_type,
         gpus=shape.gpus,
+        node_count=shape.node_count,
         time_limit_minutes=shape.time_limit_minutes,
         array_task_count=shape.array_task_count,
     )
@@ -234,6 +244,8 @@ def estimate_data(estimate: Estimate) -> dict[str, Any]:
         "partition": estimate.partition,
         "gpu_type": estimate.gpu_type,
         "gpus": estimate.gpus,
+        "nodes": estimate.node_count,
+        "total_gpus": estimate.total_gpus,
         "time_limit_minutes": estimate.time_limit_minutes,
         "array_tasks": estimate.array_task_count,
         "array_tasks_that_fit": estimate.array_tasks_that_fit,

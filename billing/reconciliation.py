@@ -506,7 +506,7 @@ def _compare_job(
                 job=job,
                 portal_gpu_seconds=portal_gpu_seconds,
                 detail=(
-                    f"{what} ran with {job.gpus} GPU(s) as Slurm job {slurm_job_id} and ended "
+                    f"{what} ran with {job.total_gpus} GPU(s) as Slurm job {slurm_job_id} and ended "
                     f"{_moment(task.ended_at if task is not None else job.ended_at)}, but Slurm's accounting has no "
                     f"finished record of it in account {account}; {counted}."
                 ),

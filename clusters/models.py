@@ -129,6 +129,10 @@ class Partition(models.Model):
     max_cpus_per_node = models.PositiveIntegerField(default=0)
     max_memory_mb_per_node = models.PositiveBigIntegerField(default=0)
     gpus_per_node_by_type = models.JSONField(default=dict, help_text="The most GPUs of each type one node has")
+    # For multi-node jobs: how many of its nodes have GPUs of each type ({"h100": 2}), and how many hang under
+    # each leaf switch ({"leaf1": 2, "leaf2": 2}; empty: the cluster describes no switches).
+    gpu_nodes_by_type = models.JSONField(default=dict)
+    nodes_by_switch = models.JSONField(default=dict)
     synced_at = models.DateTimeField()
 
     class Meta:
@@ -152,6 +156,8 @@ class Node(models.Model):
     gpu_type = models.CharField(max_length=64, blank=True)
     gpus_total = models.PositiveIntegerField(default=0)
     gpus_used = models.PositiveIntegerField(default=0)
+    # The leaf switch it hangs under, from its Slurm feature `switch-<name>` (README, "Multi-node jobs"); "": unknown.
+    switch = models.CharField(max_length=64, blank=True)
     synced_at = models.DateTimeField()
 
     class Meta:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,6 +23,7 @@ from clusters.models import (
     ProjectSlurmAccount,
     SlurmDriftReport,
 )
+from clusters.slurm.codecs.base import SWITCH_FEATURE_PREFIX, expand_hostlist
 from clusters.usage_samples import UNAVAILABLE_NODE_STATES
 from tenants.models import SUBMITTING_PROJECT_ROLES, Project, ProjectMembership, Tenant
 from tenants.selectors import AnyUser, is_portal_admin
@@ -346,6 +347,9 @@ _PARTITION_FIELDS = (
     "max_cpus_per_node",
     "max_memory_mb_per_node",
     "gpus_per_node_by_type",
+    "node_names",
+    "gpu_nodes_by_type",
+    "nodes_by_switch",
 )
 
 
@@ -369,7 +373,13 @@ def submission_target_from(data: dict[str, Any] | str | None) -> SubmissionTarge
     if isinstance(data, str):  # Django's psycopg setup leaves jsonb undecoded
         data = json.loads(data)
         assert isinstance(data, dict)
-    cluster = Cluster(id=data["id"], name=data["name"], log_root=data["log_root"], is_active=True)
+    cluster = Cluster(
+        id=data["id"],
+        name=data["name"],
+        log_root=data["log_root"],
+        api_version=data.get("api_version") or "",
+        is_active=True,
+    )
     partitions = {partition["name"]: Partition(cluster=cluster, **partition) for partition in data["partitions"] or []}
     return SubmissionTarget(cluster=cluster, partitions=partitions, username=data["username"])
 
@@ -380,7 +390,7 @@ def submission_target_from(data: dict[str, Any] | str | None) -> SubmissionTarge
 # rest of a submission's queries together (bench/job_submission.py). The partition fields are `_PARTITION_FIELDS`.
 SUBMISSION_TARGET_SQL = """(
     SELECT jsonb_build_object(
-        'id', c.id, 'name', c.name, 'log_root', c.log_root,
+        'id', c.id, 'name', c.name, 'log_root', c.log_root, 'api_version', c.api_version,
         'username', (
             SELECT a.username FROM clusters_clusteraccount a
             WHERE a.cluster_id = c.id AND a.user_id = %(target_user_id)s
@@ -391,7 +401,9 @@ SUBMISSION_TARGET_SQL = """(
                 'name', p.name, 'is_default', p.is_default, 'max_time_minutes', p.max_time_minutes,
                 'default_time_minutes', p.default_time_minutes, 'gpu_types', p.gpu_types,
                 'max_gpus_per_node', p.max_gpus_per_node, 'max_cpus_per_node', p.max_cpus_per_node,
-                'max_memory_mb_per_node', p.max_memory_mb_per_node, 'gpus_per_node_by_type', p.gpus_per_node_by_type
+                'max_memory_mb_per_node', p.max_memory_mb_per_node, 'gpus_per_node_by_type', p.gpus_per_node_by_type,
+                'node_names', p.node_names, 'gpu_nodes_by_type', p.gpu_nodes_by_type,
+                'nodes_by_switch', p.nodes_by_switch
             )
             FROM clusters_partition p WHERE p.cluster_id = c.id ORDER BY p.name
         )
@@ -399,3 +411,36 @@ SUBMISSION_TARGET_SQL = """(
     FROM clusters_cluster c WHERE c.name = %(target_cluster_name)s AND c.is_active
     LIMIT 1
 )"""
+
+
+# Network topology --------------------------------------------------------------------------------------
+
+
+def node_switch_map(*, cluster_id: int) -> dict[str, str]:
+    """Each node of the cluster and its leaf switch ("" where the sync knows none), as last synced."""
+    return dict(Node.objects.filter(cluster_id=cluster_id).values_list("name", "switch"))
+
+
+def node_switches_of(*, cluster_id: int, nodes: str, switch_of: Mapping[str, str] | None = None) -> list[str]:
+    """The leaf switches the nodes of a Slurm host list ("gpu[01-02]") hang under, in node order, each once; a node
+    the sync knows no switch for is left out (so [] when the cluster describes none). `switch_of`: the cluster's
+    `node_switch_map`, when the caller has it (no query then)."""
+    names = expand_hostlist(nodes)
+    if not names:
+        return []
+    if switch_of is None:
+        switch_of = dict(Node.objects.filter(cluster_id=cluster_id, name__in=names).values_list("name", "switch"))
+    switches: list[str] = []
+    for name in names:
+        switch = switch_of.get(name, "")
+        if switch and switch not in switches:
+            switches.append(switch)
+    return switches
+
+
+def one_switch_constraint(*, cluster_id: int, partition: str) -> str:
+    """Slurm's matching-OR constraint that puts all of a job's nodes under one of the partition's leaf switches:
+    "[switch-leaf1|switch-leaf2]" (how API v0.0.38, which refuses `required_switches`, asks for one switch)."""
+    found = Partition.objects.filter(cluster_id=cluster_id, name=partition).values_list("nodes_by_switch", flat=True)
+    switches = sorted(next(iter(found), None) or {})
+    return f"[{'|'.join(SWITCH_FEATURE_PREFIX + switch for switch in switches)}]" if switches else ""

@@ -181,6 +181,7 @@ def _store_nodes(*, cluster: Cluster, nodes: list[NodeInfo], now: datetime) -> N
                 "gpu_type": node.gpu_type or "",
                 "gpus_total": node.gpus_total,
                 "gpus_used": min(node.gpus_used, node.gpus_total),
+                "switch": node.switch[:64],
                 "synced_at": now,
             },
         )
@@ -198,9 +199,14 @@ def _store_partitions(
         ]
         gpu_types = sorted({node.gpu_type for node in members if node.gpu_type and node.gpus_total})
         gpus_by_type: dict[str, int] = {}
+        gpu_nodes_by_type: dict[str, int] = defaultdict(int)
+        nodes_by_switch: dict[str, int] = defaultdict(int)
         for node in members:
             if node.gpu_type and node.gpus_total:
                 gpus_by_type[node.gpu_type] = max(gpus_by_type.get(node.gpu_type, 0), node.gpus_total)
+                gpu_nodes_by_type[node.gpu_type] += 1
+            if node.switch:
+                nodes_by_switch[node.switch] += 1
         Partition.objects.update_or_create(
             cluster=cluster,
             name=partition.name,
@@ -215,6 +221,8 @@ def _store_partitions(
                 "max_cpus_per_node": max((node.cpus for node in members), default=0),
                 "max_memory_mb_per_node": max((node.real_memory_mb for node in members), default=0),
                 "gpus_per_node_by_type": gpus_by_type,
+                "gpu_nodes_by_type": dict(gpu_nodes_by_type),
+                "nodes_by_switch": dict(sorted(nodes_by_switch.items())),
                 "synced_at": now,
             },
         )

@@ -78,6 +78,9 @@ class JobForm(forms.Form):
     partition = forms.CharField(max_length=64, required=False)
     gpu_type = forms.CharField(max_length=64, required=False)
     gpus = forms.IntegerField(required=False, min_value=-1000, max_value=100_000)
+    nodes = forms.IntegerField(required=False, min_value=-1000, max_value=100_000)
+    switches = forms.IntegerField(required=False, min_value=-1000, max_value=100_000)
+    switch_wait_minutes = forms.IntegerField(required=False, min_value=-1000, max_value=100_000)
     time_limit_minutes = forms.IntegerField(required=False, min_value=-1000, max_value=10_000_000)
     name = forms.CharField(max_length=1000, required=False, strip=False)
     script = forms.CharField(max_length=10_000_000, required=False, strip=False)
@@ -136,6 +139,9 @@ class JobForm(forms.Form):
             partition=data["partition"] or None,
             gpu_type=data["gpu_type"] or None,
             gpus=data["gpus"],
+            node_count=data["nodes"],
+            max_switches=data["switches"],
+            switch_wait_minutes=data["switch_wait_minutes"],
             time_limit_minutes=data["time_limit_minutes"],
             name=data["name"] or None,
             script=data["script"] or None,
@@ -153,6 +159,9 @@ class JobForm(forms.Form):
             "partition",
             "gpu_type",
             "gpus",
+            "node_count",
+            "max_switches",
+            "switch_wait_minutes",
             "time_limit_minutes",
             "name",
             "script",
@@ -201,6 +210,9 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
         "partition": default.name if default else "",
         "gpu_type": covered.gpu_type if covered else "",
         "gpus": 1,
+        "nodes": 1,
+        "switches": None,
+        "switch_wait_minutes": None,
         "time_limit_minutes": (default.default_time_minutes if default else None) or 60,
         "name": "",
         "script": DEFAULT_SCRIPT,
@@ -214,6 +226,7 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
             partition=template.partition or values["partition"],
             gpu_type=template.gpu_type or _covered_type_on(partitions, template.partition, values),
             gpus=template.gpus,
+            nodes=template.node_count,
             time_limit_minutes=template.time_limit_minutes,
             name=template.name,
             script=template.script,
@@ -330,6 +343,9 @@ def _rerun_form(request: HttpRequest, *, job_id: str) -> HttpResponse:
         "partition": job.partition,
         "gpu_type": job.gpu_type,
         "gpus": job.gpus,
+        "nodes": job.node_count,
+        "switches": job.max_switches,
+        "switch_wait_minutes": job.switch_wait_minutes,
         "time_limit_minutes": job.time_limit_minutes,
         "name": job.name,
         "script": job.script,

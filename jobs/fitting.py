@@ -102,6 +102,8 @@ def free_alternatives(*, job: Job, now: datetime | None = None) -> list[FreeAlte
             project_id=job.project_id, cluster_id=job.cluster_id, starts_on__lte=today, ends_on__gte=today
         )
     )
+    if job.node_count > 1:
+        return []  # a multi-node job needs several nodes free at once: not a shape this offers
     needed = job.gpus * job.time_limit_minutes * 60
     nodes = list(Node.objects.filter(cluster_id=job.cluster_id, state__in=_USABLE_NODE_STATES))
     found: list[FreeAlternative] = []

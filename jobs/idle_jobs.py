@@ -50,7 +50,7 @@ def _idle_words(job: Job, efficiency: JobEfficiency, *, now: datetime) -> str:
     assert efficiency.idle_since is not None
     idle_for = _minutes((now - efficiency.idle_since).total_seconds())
     return (
-        f"{efficiency.idle_gpus} of its {job.gpus} GPU(s) on {job.cluster.name} have been under "
+        f"{efficiency.idle_gpus} of its {job.total_gpus} GPU(s) on {job.cluster.name} have been under "
         f"{job.cluster.idle_gpu_threshold_percent}% utilisation for {idle_for}"
     )
 

@@ -129,11 +129,22 @@ class JobOutput(serializers.Serializer[Any]):
     slurm_job_id = serializers.IntegerField(allow_null=True)
     partition = serializers.CharField()
     gpu_type = serializers.CharField()
-    gpus = serializers.IntegerField()
+    gpus = serializers.IntegerField(help_text="GPUs on each node")
+    node_count = serializers.IntegerField(help_text="How many nodes each run has (`nodes` when submitting)")
+    total_gpus = serializers.IntegerField(help_text="gpus x node_count: what a run holds, reserves and is charged for")
+    max_switches = serializers.IntegerField(
+        allow_null=True, help_text="The most leaf switches its nodes may span (`switches` when submitting); null: any"
+    )
+    switch_wait_minutes = serializers.IntegerField(
+        allow_null=True, help_text="The longest it waits for that; null: the cluster's default"
+    )
     cpus = serializers.IntegerField(allow_null=True)
     memory_gb = serializers.IntegerField(allow_null=True)
     time_limit_minutes = serializers.IntegerField()
-    nodes = serializers.CharField()
+    nodes = serializers.CharField(help_text="The nodes its run has or had, as Slurm lists them (e.g. gpu[01-02])")
+    switches = serializers.ListField(
+        child=serializers.CharField(), help_text='The leaf switches those nodes hang under, e.g. ["leaf1"]'
+    )
     exit_code = serializers.IntegerField(allow_null=True)
     submit_attempts = serializers.IntegerField()
     created_at = serializers.DateTimeField(help_text="When the portal accepted it")
@@ -314,7 +325,28 @@ class JobSubmitInput(BodyInput):
     project = serializers.CharField(help_text="tenant/project, e.g. acme/vision")
     cluster = serializers.CharField(help_text="A cluster from GET /api/v1/clusters/")
     partition = serializers.CharField(required=False, help_text="Default: the cluster's default partition")
-    gpus = serializers.IntegerField(required=False, min_value=0, help_text="GPUs on one node; default 1")
+    gpus = serializers.IntegerField(required=False, min_value=0, help_text="GPUs on each node; default 1")
+    nodes = serializers.IntegerField(
+        source="node_count",
+        required=False,
+        min_value=1,
+        max_value=10_000,
+        help_text="Nodes for a multi-node job (sbatch --nodes); default 1. Each gets `gpus` GPUs",
+    )
+    switches = serializers.IntegerField(
+        source="max_switches",
+        required=False,
+        min_value=1,
+        max_value=1000,
+        help_text="The most leaf switches the nodes may span (sbatch --switches): 1 puts them all under one switch",
+    )
+    switch_wait_minutes = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=10_000,
+        help_text="The longest to wait for `switches` before Slurm places the job anyway (capped by the cluster's "
+        "max_switch_wait); default: the cluster's",
+    )
     gpu_type = serializers.CharField(required=False, allow_blank=True, help_text="e.g. h100; default: any")
     time_limit_minutes = serializers.IntegerField(required=False, min_value=1, max_value=10_000_000)
     name = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, max_length=1000)
@@ -508,7 +540,8 @@ class JobRerunInput(JobSubmitInput):
     cluster = serializers.CharField(required=False, help_text="Default: the original job's cluster")
 
     def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
-        return {name: field for name, field in super().get_fields().items() if name in RERUN_FIELDS}
+        fields = super().get_fields().items()
+        return {name: field for name, field in fields if (field.source or name) in RERUN_FIELDS}
 
 
 class JobRerunApi(APIView):
@@ -636,7 +669,8 @@ class JobTemplateOutput(serializers.Serializer[Any]):
     script = serializers.CharField()
     partition = serializers.CharField()
     gpu_type = serializers.CharField()
-    gpus = serializers.IntegerField()
+    gpus = serializers.IntegerField(help_text="GPUs on each node")
+    nodes = serializers.IntegerField(source="node_count")
     time_limit_minutes = serializers.IntegerField()
     cpus = serializers.IntegerField(allow_null=True)
     memory_gb = serializers.IntegerField(allow_null=True)
@@ -666,7 +700,8 @@ class JobTemplateInput(BodyInput):
     script = serializers.CharField(trim_whitespace=False, max_length=10_000_000)
     partition = serializers.CharField(required=False, allow_blank=True, max_length=64)
     gpu_type = serializers.CharField(required=False, allow_blank=True, max_length=64)
-    gpus = serializers.IntegerField(required=False, min_value=1, max_value=1000)
+    gpus = serializers.IntegerField(required=False, min_value=1, max_value=1000, help_text="GPUs on each node")
+    nodes = serializers.IntegerField(source="node_count", required=False, min_value=1, max_value=10_000)
     time_limit_minutes = serializers.IntegerField(required=False, min_value=1, max_value=10_000_000)
     cpus = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=100_000)
     memory_gb = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=1_000_000)

@@ -80,6 +80,9 @@ def job_event(job: Job) -> dict[str, Any]:
         "nodes": job.nodes,
         "exit_code": job.exit_code,
         "gpus": job.gpus,
+        "node_count": job.node_count,
+        "total_gpus": job.total_gpus,
+        "switches": job.switches,
         "gpu_type": job.gpu_type,
         "started_at": _iso(job.started_at),
         "ended_at": _iso(job.ended_at),
@@ -132,7 +135,10 @@ class JobRequest:
 
     cluster: str
     partition: str | None = None
-    gpus: int | None = None
+    gpus: int | None = None  # on each node
+    node_count: int | None = None
+    max_switches: int | None = None  # all nodes under at most this many leaf switches (`--switches`)
+    switch_wait_minutes: int | None = None  # the longest to wait for that
     gpu_type: str | None = None
     time_limit_minutes: int | None = None
     name: str | None = None
@@ -275,6 +281,9 @@ def _job_create(
         partition=values["partition"],
         gpu_type=values["gpu_type"] or "",
         gpus=values["gpus"],
+        node_count=values["node_count"],
+        max_switches=values["max_switches"],
+        switch_wait_minutes=values["switch_wait_minutes"],
         cpus=values["cpus"],
         memory_gb=values["memory_gb"],
         time_limit_minutes=values["time_limit_minutes"],
@@ -316,6 +325,7 @@ def _job_create(
             "partition": job.partition,
             "gpus": job.gpus,
             "gpu_type": job.gpu_type,
+            **({"nodes": job.node_count} if job.node_count > 1 else {}),
             **({"array": job.array} if job.array else {}),
             **(
                 {"depends_on": [{"job": str(parent.pk), "condition": condition} for parent, condition in parents]}
@@ -351,6 +361,9 @@ def _with_template_defaults(*, project: Project, request: JobRequest) -> dict[st
         "cluster": request.cluster,
         "partition": request.partition,
         "gpus": request.gpus,
+        "node_count": request.node_count,
+        "max_switches": request.max_switches,
+        "switch_wait_minutes": request.switch_wait_minutes,
         "gpu_type": request.gpu_type,
         "time_limit_minutes": request.time_limit_minutes,
         "name": request.name,
@@ -372,7 +385,7 @@ def _with_template_defaults(*, project: Project, request: JobRequest) -> dict[st
                 ]
             }
         )
-    for key in ("partition", "gpus", "gpu_type", "time_limit_minutes", "script", "cpus", "memory_gb"):
+    for key in ("partition", "gpus", "node_count", "gpu_type", "time_limit_minutes", "script", "cpus", "memory_gb"):
         if given[key] is None:
             given[key] = getattr(template, key) or None
     if given["array"] is None:
@@ -418,6 +431,7 @@ def _validate_shape(values: dict[str, Any], target: SubmissionTarget, problem: A
     """Fill and check the partition, GPUs and time limit: what a job may use, so what it reserves and costs."""
     partition = _partition_for(values, target.partitions, problem, target.cluster)
     _validate_gpus(values, partition, problem)
+    _validate_nodes(values, partition, target, problem)
     values["quota_gpu_type"] = expected_gpu_type(gpu_type=values["gpu_type"], partition=partition)
     _validate_time_limit(values, partition, problem)
     return partition
@@ -438,9 +452,10 @@ class JobShape:
     partition: str
     gpu_type: str  # as asked; empty: any type
     expected_gpu_type: str | None  # see `expected_gpu_type`
-    gpus: int
+    gpus: int  # on each node
     time_limit_minutes: int
     array_task_count: int = 0  # 0: a plain job
+    node_count: int = 1
 
 
 def job_shape_resolve(*, project: Project, request: JobRequest) -> JobShape:
@@ -470,6 +485,7 @@ def job_shape_resolve(*, project: Project, request: JobRequest) -> JobShape:
         gpus=values["gpus"],
         time_limit_minutes=values["time_limit_minutes"],
         array_task_count=values["array_spec"].task_count if values["array_spec"] else 0,
+        node_count=values["node_count"],
     )
 
 
@@ -517,9 +533,82 @@ def _validate_gpus(values: dict[str, Any], partition: Partition | None, problem:
         kind = f"{gpu_type} " if gpu_type else ""
         problem(
             "gpus",
-            f"A job runs on one node, and the nodes of partition '{partition.name}' have at most {per_node} "
-            f"{kind}GPUs; ask for {per_node} or fewer.",
+            f"`gpus` counts the GPUs on each node, and the nodes of partition '{partition.name}' have at most "
+            f"{per_node} {kind}GPUs; ask for {per_node} or fewer per node, and for more nodes (`nodes`) if you "
+            "need more GPUs.",
         )
+
+
+# API v0.0.38 (Slurm 22.05) refuses `required_switches` and `wait_for_switch`: one switch is asked for there as a
+# constraint over the nodes' switch features, which cannot say how long to wait (clusters/slurm/types.py).
+_NO_SWITCH_WAIT_API_VERSIONS = frozenset({"0.0.38"})
+
+
+def _validate_nodes(
+    values: dict[str, Any], partition: Partition | None, target: SubmissionTarget, problem: Any
+) -> None:
+    """Fill and check `node_count`, `max_switches` and `switch_wait_minutes` against the partition's nodes."""
+    if values["node_count"] is None:
+        values["node_count"] = 1
+    nodes = values["node_count"]
+    switches, wait = values["max_switches"], values["switch_wait_minutes"]
+    if nodes < 1:
+        problem("nodes", "Ask for at least 1 node.")
+        return
+    if wait is not None and switches is None:
+        problem("switch_wait_minutes", "Give `switches` too: the wait is how long to wait for that many switches.")
+    if partition is None:
+        return
+    cluster = target.cluster
+    gpu_type = values["gpu_type"]
+    available = len(partition.node_names)
+    what = "nodes"
+    if values["gpus"] and partition.gpu_nodes_by_type:
+        available = (
+            partition.gpu_nodes_by_type.get(gpu_type, 0) if gpu_type else sum(partition.gpu_nodes_by_type.values())
+        )
+        what = f"nodes with {gpu_type} GPUs" if gpu_type else "nodes with GPUs"
+    if available and nodes > available:
+        problem(
+            "nodes",
+            f"Partition '{partition.name}' has {available} {what}; ask for {available} or fewer nodes, or choose a "
+            "partition with more.",
+        )
+        return
+    if switches is None:
+        return
+    if switches < 1:
+        problem("switches", "Ask for at least 1 switch, or leave `switches` out.")
+        return
+    if not partition.nodes_by_switch:
+        problem(
+            "switches",
+            f"Cluster '{cluster.name}' describes no network switches for partition '{partition.name}', so the "
+            "portal cannot ask for them; leave `switches` out.",
+        )
+        return
+    version = cluster.api_version.removeprefix("v")
+    if version in _NO_SWITCH_WAIT_API_VERSIONS:
+        if switches != 1:
+            problem(
+                "switches",
+                f"Cluster '{cluster.name}' runs Slurm 22.05, whose REST API can ask only for nodes under one "
+                "switch; ask for 1 switch, or leave `switches` out.",
+            )
+        if wait is not None:
+            problem(
+                "switch_wait_minutes",
+                f"Cluster '{cluster.name}' runs Slurm 22.05, whose REST API cannot limit the wait for a switch: "
+                "leave `switch_wait_minutes` out, and the job waits until nodes under one switch are free.",
+            )
+    if switches == 1:
+        largest = max(partition.nodes_by_switch.values())
+        if nodes > largest:
+            problem(
+                "switches",
+                f"No switch of partition '{partition.name}' has {nodes} nodes under it (at most {largest}): ask for "
+                f"{largest} or fewer nodes, or for more switches, or leave `switches` out.",
+            )
 
 
 def _validate_time_limit(values: dict[str, Any], partition: Partition | None, problem: Any) -> None:
@@ -735,6 +824,7 @@ TEMPLATE_FIELDS = (
     "partition",
     "gpu_type",
     "gpus",
+    "node_count",
     "time_limit_minutes",
     "cpus",
     "memory_gb",

@@ -22,7 +22,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -38,6 +38,7 @@ from structlog.contextvars import bound_contextvars
 from clusters import accounts
 from clusters.clients import slurm_client_for
 from clusters.models import Cluster, ClusterAccount
+from clusters.selectors import node_switch_map, node_switches_of, one_switch_constraint
 from clusters.services import cluster_unreachable_record
 from clusters.slurm import SlurmClient, SlurmError, SlurmNotFound, SlurmRetryableError, SlurmTerminalError, SlurmTimeout
 from clusters.slurm.types import AccountingRecord, JobSubmission, SlurmJob
@@ -470,6 +471,13 @@ def _submission(job: Job) -> JobSubmission:
         memory_mb=job.memory_gb * 1024 if job.memory_gb else None,
         array=job.array,
         dependency=job.slurm_dependency,
+        nodes=job.node_count,
+        max_switches=job.max_switches,
+        switch_wait_seconds=job.switch_wait_minutes * 60 if job.switch_wait_minutes is not None else None,
+        # Read only for a job that asks for one switch (the v0.0.38 codec needs it): one query for such a job.
+        one_switch_constraint=(
+            one_switch_constraint(cluster_id=job.cluster_id, partition=job.partition) if job.max_switches == 1 else ""
+        ),
     )
 
 
@@ -974,11 +982,12 @@ def jobs_apply_slurm_state(
     changed: list[Job] = []
     transitions: list[JobTransition] = []
     now = timezone.now()
+    switches = _SwitchMap(cluster_id=cluster.pk)
     with transaction.atomic():
         jobs = Job.objects.select_for_update(of=("self",), no_key=True).filter(cluster=cluster, pk__in=list(updates))
         for job in jobs:
             new_transitions = slurm_record_apply(
-                job=job, slurm_job=updates[job.pk], now=now, requeue_cause=causes.get(job.pk)
+                job=job, slurm_job=updates[job.pk], now=now, requeue_cause=causes.get(job.pk), switch_of=switches
             )
             if new_transitions is not None:
                 changed.append(job)
@@ -1003,6 +1012,7 @@ _SYNCED_FIELDS = [
     "started_at",
     "ended_at",
     "nodes",
+    "switches",
     "gpu_indices",
     "exit_code",
     "last_error",
@@ -1012,8 +1022,35 @@ _SYNCED_FIELDS = [
 ]
 
 
+class _SwitchMap(Mapping[str, str]):
+    """The cluster's node -> switch map, read (in one query) only when a job of the sync got new nodes."""
+
+    def __init__(self, *, cluster_id: int) -> None:
+        self.cluster_id = cluster_id
+        self._loaded: dict[str, str] | None = None
+
+    def _map(self) -> dict[str, str]:
+        if self._loaded is None:
+            self._loaded = node_switch_map(cluster_id=self.cluster_id)
+        return self._loaded
+
+    def __getitem__(self, node: str) -> str:
+        return self._map()[node]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._map())
+
+    def __len__(self) -> int:
+        return len(self._map())
+
+
 def slurm_record_apply(
-    *, job: Job, slurm_job: SlurmJob | AccountingRecord, now: datetime, requeue_cause: SlurmState | None = None
+    *,
+    job: Job,
+    slurm_job: SlurmJob | AccountingRecord,
+    now: datetime,
+    requeue_cause: SlurmState | None = None,
+    switch_of: Mapping[str, str] | None = None,
 ) -> list[JobTransition] | None:
     """Set the job's fields from Slurm's; the transitions to record, or None when nothing changed.
 
@@ -1039,6 +1076,7 @@ def slurm_record_apply(
         at = slurm_job.submit_time if isinstance(slurm_job, SlurmJob) and slurm_job.submit_time else now
         transitions.append(job_transition(job=job, to_state=JobState.PENDING, detail=detail, at=min(at, now)))
         job.nodes = ""  # the cut-short run's; the next attempt's are not known until Slurm lists them
+        job.switches = []
     nodes = getattr(slurm_job, "nodes", job.nodes)
     if new_state is not None and new_state != job.state and not job.is_final:
         if job.state == JobState.QUEUED and new_state != JobState.PENDING:
@@ -1055,8 +1093,10 @@ def slurm_record_apply(
         transitions.append(job_transition(job=job, to_state=new_state, detail=detail, at=min(at, now)))
     job.slurm_state = slurm_job.state.value
     job.state_reason = "" if reason == "None" else reason[:200]
-    if nodes:
+    if nodes and nodes[:500] != job.nodes:
         job.nodes = nodes[:500]
+        # Where the run's nodes hang in the network, as the inventory sync last saw the nodes; once per run.
+        job.switches = node_switches_of(cluster_id=job.cluster_id, nodes=job.nodes, switch_of=switch_of)
     if isinstance(slurm_job, SlurmJob) and slurm_job.gpu_indices:
         # Slurm says which devices only while the job holds them; the last known stay where it ran.
         job.gpu_indices = {node: list(indices) for node, indices in slurm_job.gpu_indices}

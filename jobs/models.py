@@ -62,7 +62,13 @@ class Job(models.Model):
     name = models.CharField(max_length=200)
     partition = models.CharField(max_length=64)
     gpu_type = models.CharField(max_length=64, blank=True)
-    gpus = models.PositiveIntegerField()
+    gpus = models.PositiveIntegerField(help_text="GPUs on each node (the job's total is gpus x node_count)")
+    # A multi-node job (`sbatch --nodes`): how many nodes, each with `gpus` GPUs.
+    node_count = models.PositiveIntegerField(default=1)
+    # `sbatch --switches=max_switches@switch_wait_minutes`: the most leaf switches its nodes may span (1: all
+    # under one switch), and the longest it waits for that before Slurm places it anyway. Null: not asked.
+    max_switches = models.PositiveIntegerField(null=True, blank=True)
+    switch_wait_minutes = models.PositiveIntegerField(null=True, blank=True)
     cpus = models.PositiveIntegerField(null=True, blank=True)
     memory_gb = models.PositiveIntegerField(null=True, blank=True)
     time_limit_minutes = models.PositiveIntegerField()
@@ -105,6 +111,8 @@ class Job(models.Model):
     slurm_job_id = models.PositiveBigIntegerField(null=True, blank=True)
     slurm_submit_time = models.DateTimeField(null=True, blank=True)
     nodes = models.CharField(max_length=500, blank=True)
+    # The leaf switches the run's nodes hang under (the cluster's nodes as last synced), in order: ["leaf1"].
+    switches = models.JSONField(default=list, blank=True)
     # The GPU devices it holds on each node while it runs, from Slurm's gres_detail: {"gpu01": [0, 1]}.
     gpu_indices = models.JSONField(default=dict, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
@@ -152,6 +160,7 @@ class Job(models.Model):
                 name="job_idempotency_key_unique_per_user",
             ),
             models.CheckConstraint(condition=models.Q(gpus__gte=0), name="job_gpus_not_negative"),
+            models.CheckConstraint(condition=models.Q(node_count__gte=1), name="job_node_count_at_least_one"),
         ]
 
     def __str__(self) -> str:
@@ -175,6 +184,11 @@ class Job(models.Model):
     @property
     def is_array(self) -> bool:
         return bool(self.array)
+
+    @property
+    def total_gpus(self) -> int:
+        """All the GPUs one run holds: its GPUs per node on each of its nodes."""
+        return self.gpus * self.node_count
 
 
 JOB_COMMENT_PREFIX = "gpuportal:"
@@ -421,7 +435,8 @@ class JobTemplate(models.Model):
     script = models.TextField()
     partition = models.CharField(max_length=64, blank=True)
     gpu_type = models.CharField(max_length=64, blank=True)
-    gpus = models.PositiveIntegerField(default=1)
+    gpus = models.PositiveIntegerField(default=1, help_text="GPUs on each node")
+    node_count = models.PositiveIntegerField(default=1)
     time_limit_minutes = models.PositiveIntegerField(default=60)
     cpus = models.PositiveIntegerField(null=True, blank=True)
     memory_gb = models.PositiveIntegerField(null=True, blank=True)

@@ -11,8 +11,9 @@ class BuiltinTemplate:
     name: str
     description: str
     script: str
-    gpus: int
+    gpus: int  # on each node
     time_limit_minutes: int
+    node_count: int = 1
     gpu_type: str = ""
     partition: str = ""
     cpus: int | None = None
@@ -113,6 +114,50 @@ echo "lr=${lr} loss=$(awk -v lr="${lr}" 'BEGIN { printf "%.4f", 1 / (1 + 100 * l
 """,
 )
 
+MULTI_NODE_TRAINING = BuiltinTemplate(
+    id="pytorch-multi-node-training",
+    name="Multi-node training (PyTorch, torchrun)",
+    description=(
+        "Trains on several nodes at once: srun starts one torchrun per node, and the torchruns meet at the job's "
+        "first node (the rendezvous), each starting one process per GPU. Choose nodes and GPUs per node, and "
+        "switches 1 to keep the nodes under one network switch. Edit TRAIN_SCRIPT and the arguments."
+    ),
+    gpus=4,
+    node_count=2,
+    time_limit_minutes=30,
+    environment={"TRAIN_SCRIPT": "train.py", "EPOCHS": "10", "OMP_NUM_THREADS": "4", "MASTER_PORT": "29500"},
+    script="""#!/bin/bash
+# One torchrun per node, started by srun; they meet at the first node of the job (the rendezvous).
+set -euo pipefail
+# The job gets the portal's variables only: srun's tasks find their programs through this PATH.
+export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
+mapfile -t HOSTS < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
+export MASTER_ADDR="${HOSTS[0]}"
+export MASTER_PORT="${MASTER_PORT:-29500}"
+export NNODES="${SLURM_NNODES}"
+export GPUS_PER_NODE="${SLURM_GPUS_ON_NODE:-${SLURM_GPUS_PER_NODE:-1}}"
+GPUS_PER_NODE="${GPUS_PER_NODE##*:}"  # a typed request reads "h100:4"
+export WORLD_SIZE=$((NNODES * GPUS_PER_NODE))
+echo "rendezvous ${MASTER_ADDR}:${MASTER_PORT}: ${NNODES} nodes (${HOSTS[*]})" \\
+  "x ${GPUS_PER_NODE} GPUs = ${WORLD_SIZE} processes"
+# What runs on each node: NODE_RANK is the node's place in the job (SLURM_NODEID).
+launch='
+export NODE_RANK="${SLURM_NODEID}"
+echo "node ${SLURMD_NODENAME}: NODE_RANK=${NODE_RANK} of ${NNODES}," \\
+  "MASTER_ADDR=${MASTER_ADDR}, MASTER_PORT=${MASTER_PORT}"
+if command -v torchrun >/dev/null 2>&1; then
+  exec torchrun --nnodes="${NNODES}" --nproc_per_node="${GPUS_PER_NODE}" --node_rank="${NODE_RANK}" \\
+    --rdzv_id="${SLURM_JOB_ID}" --rdzv_backend=c10d --rdzv_endpoint="${MASTER_ADDR}:${MASTER_PORT}" \\
+    "${TRAIN_SCRIPT}" --epochs "${EPOCHS}" --checkpoint-dir "${SLURM_SUBMIT_DIR}/checkpoints"
+fi
+echo "node ${SLURMD_NODENAME}: torchrun is not installed; would run ${GPUS_PER_NODE} processes of ${TRAIN_SCRIPT}"
+'
+srun --nodes="${NNODES}" --ntasks="${NNODES}" --ntasks-per-node=1 bash -c "${launch}"
+echo "all ${NNODES} nodes done"
+""",
+)
+
 BUILTIN_TEMPLATES: dict[str, BuiltinTemplate] = {
-    template.id: template for template in (GPU_SMOKE_TEST, PYTORCH_TRAINING, PARAMETER_SWEEP, ARRAY_SWEEP)
+    template.id: template
+    for template in (GPU_SMOKE_TEST, PYTORCH_TRAINING, MULTI_NODE_TRAINING, PARAMETER_SWEEP, ARRAY_SWEEP)
 }

@@ -228,8 +228,9 @@ def job_gpu_seconds_needed(job: Job) -> int:
 
 
 def task_gpu_seconds_needed(job: Job) -> int:
-    """What one run of the job (a plain job, or one task of an array) may use: its GPUs for its time limit."""
-    return job.gpus * job.time_limit_minutes * 60
+    """What one run of the job (a plain job, or one task of an array) may use: all its GPUs (GPUs per node x
+    nodes) for its time limit."""
+    return job.total_gpus * job.time_limit_minutes * 60
 
 
 def _array_tasks(job: Job) -> list[int | None]:
@@ -386,7 +387,9 @@ def _exceeded_message(*, job: Job, allocation: Allocation, needed: int) -> str:
     remaining = max(allocation.remaining_gpu_seconds, 0)
     kind = f" ({allocation.gpu_type} GPUs)" if allocation.gpu_type else ""
     left = f"{format_gpu_hours(remaining)} GPU-hours left" if remaining else "no GPU-hours left"
-    shape = f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} x {job.time_limit_minutes} min"
+    shape = f"{job.total_gpus} GPU{'s' if job.total_gpus != 1 else ''} x {job.time_limit_minutes} min"
+    if job.node_count > 1:
+        shape = f"{job.node_count} nodes x {job.gpus} GPU{'s' if job.gpus != 1 else ''} x {job.time_limit_minutes} min"
     if job.array_task_count:
         fitting = array_tasks_that_fit(
             task_gpu_seconds=task_gpu_seconds_needed(job),

@@ -14,6 +14,7 @@
 #   slurmdbd   127.0.0.1:6819   MariaDB 127.0.0.1:3306, database slurm_acct_db, user slurm
 #   slurmctld  :6817            cluster "local", SlurmUser=root
 #   slurmd x4  :17001-17004     gpu01/gpu02 (4x h100 each), gpu03/gpu04 (8x a100 each)
+#   network    topology/tree    leaf1: gpu01 gpu02, leaf2: gpu03 gpu04, one spine above both (topology.conf)
 #   slurmrestd 127.0.0.1:6820   as user slurmrestd, JWT auth (key /etc/slurm/jwt_hs256.key)
 # There is no systemd here, so daemons are started directly and tracked by their pid files.
 set -euo pipefail
@@ -24,6 +25,7 @@ HOST=$(hostname -s)
 CONF_DIR=/etc/slurm
 SLURM_CONF=$CONF_DIR/slurm.conf
 GRES_CONF=$CONF_DIR/gres.conf
+TOPOLOGY_CONF=$CONF_DIR/topology.conf
 DBD_CONF=$CONF_DIR/slurmdbd.conf
 JWT_KEY=$CONF_DIR/jwt_hs256.key
 MUNGE_KEY=/etc/munge/munge.key
@@ -45,6 +47,9 @@ DB_USER=slurm
 DB_PASS=slurm-dev-password  # dev-only; MariaDB listens on loopback only
 
 NODES=(gpu01 gpu02 gpu03 gpu04)
+# Leaf switches (topology.conf) and their nodes; the h100 and a100 partitions each sit under one leaf.
+SWITCHES=("leaf1=gpu[01-02]" "leaf2=gpu[03-04]")
+SWITCH_MAP='{"leaf1": ["gpu01", "gpu02"], "leaf2": ["gpu03", "gpu04"]}'
 DEMO_USERS=(alice bob carol dana)  # dana: the demo OpenID provider's newcomer (README, "The demo")
 # slurm-wlm-jwt-plugin is only a Recommends, but auth/jwt and rest_auth/jwt live in it;
 # curl (readiness check) and procps (pgrep) are missing from minimal Debian images.
@@ -248,9 +253,15 @@ InactiveLimit=0
 # 20 passes/s so a burst of submissions does not turn into a burst of scheduling passes.
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=50000,sched_interval=5,bf_interval=5
 
+# The network (topology.conf): gpu01-02 under leaf switch leaf1, gpu03-04 under leaf2, both leaves under one
+# spine. --switches=1 then asks for nodes under one leaf. slurmrestd does not show the topology before
+# Slurm 25.05, so each node also carries its leaf switch as the feature switch-<name>, which is what the
+# portal reads (README, "Multi-node jobs").
+TopologyPlugin=topology/tree
+
 # gpu01-04 are all this host; each slurmd listens on its own port.
-NodeName=gpu[01-02] NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[17001-17002] Sockets=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=32000 Gres=gpu:h100:4 State=UNKNOWN
-NodeName=gpu[03-04] NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[17003-17004] Sockets=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=32000 Gres=gpu:a100:8 State=UNKNOWN
+NodeName=gpu[01-02] NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[17001-17002] Sockets=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=32000 Gres=gpu:h100:4 Features=switch-leaf1 State=UNKNOWN
+NodeName=gpu[03-04] NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[17003-17004] Sockets=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=32000 Gres=gpu:a100:8 Features=switch-leaf2 State=UNKNOWN
 
 PartitionName=debug Nodes=gpu[01-04] Default=YES DefaultTime=00:10:00 MaxTime=30 State=UP
 PartitionName=h100 Nodes=gpu[01-02] DefaultTime=01:00:00 MaxTime=2-00:00:00 State=UP
@@ -263,6 +274,9 @@ EOF
 NodeName=gpu[01-02] Name=gpu Type=h100 File=$GPU_DEV_DIR/nvidia[0-3]
 NodeName=gpu[03-04] Name=gpu Type=a100 File=$GPU_DEV_DIR/nvidia[0-7]
 EOF
+
+    # Read from the directory of slurm.conf (TopologyPlugin=topology/tree above); the same leaves as the features.
+    install_file "$TOPOLOGY_CONF" 644 < <(topology_conf "${SWITCHES[@]}")
 
     # slurmdbd reads only /etc/slurm/slurmdbd.conf and insists on mode 600 owned by its SlurmUser.
     install_file "$DBD_CONF" 600 <<EOF
@@ -423,9 +437,10 @@ summary() {
 [cluster] Slurm cluster '$CLUSTER' is up.
   nodes:       gpu01 gpu02 (4x h100 each, partition h100)   gpu03 gpu04 (8x a100 each, partition a100)
   partitions:  debug (default, all nodes, MaxTime=30min), h100 and a100 (MaxTime=2 days)
+  network:     leaf switch leaf1 (gpu01 gpu02), leaf2 (gpu03 gpu04), spine above both
   slurmrestd:  http://$REST_ADDR  (openapi v0.0.38 + dbv0.0.38, headers X-SLURM-USER-NAME / X-SLURM-USER-TOKEN)
   JWT key:     $JWT_KEY (HS256; claims sun, iat, exp)
-  config:      $SLURM_CONF, $GRES_CONF, $DBD_CONF
+  config:      $SLURM_CONF, $GRES_CONF, $TOPOLOGY_CONF, $DBD_CONF
   logs:        $LOG_DIR/   job output root: $JOB_LOG_ROOT
 EOF
     sinfo
@@ -438,7 +453,7 @@ write_registry() {
     registry_write "$REGISTRY_DIR/$CLUSTER.json" name="$CLUSTER" slurm_cluster_name="$CLUSTER" status=up reason= \
         slurm_generation="${release%.*}" slurm_release="$release" debian_suite=host \
         slurmrestd_url="http://$REST_ADDR" jwt_key_file="$JWT_KEY" admin_user=root log_root="$JOB_LOG_ROOT" \
-        gpu_type=h100 gpu_partition=h100 gpus_per_node=4 nodes='["gpu01", "gpu02", "gpu03", "gpu04"]' chroot=
+        gpu_type=h100 gpu_partition=h100 gpus_per_node=4 nodes='["gpu01", "gpu02", "gpu03", "gpu04"]' switches="$SWITCH_MAP" chroot=
 }
 
 # --- the newer clusters (each in its chroot) ----------------------------------------------------------
@@ -481,8 +496,8 @@ local_up() {
     ensure_keys
     write_configs
     if ((CONFIG_CHANGED)) && is_running slurmctld; then
-        log "WARNING: configuration changed while the cluster runs; apply it with 'scontrol reconfigure'" \
-            "(node or partition changes need 'cluster.sh down && cluster.sh up')"
+        # slurmctld and the slurmds are started again below; slurmdbd.conf changes need down && up.
+        stop_for_new_config
     fi
     ensure_database
     start_munged

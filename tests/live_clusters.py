@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,11 @@ class LiveCluster:
     gpu_partition: str
     gpus_per_node: int
     chroot: str  # "" for the host's cluster
+    # Its network as topology.conf describes it: leaf switch -> nodes ({} for a cluster started before it had one).
+    switches: dict[str, list[str]] = field(default_factory=dict)
+
+    def switch_of(self, node: str) -> str:
+        return next((switch for switch, nodes in self.switches.items() if node in nodes), "")
 
     @property
     def label(self) -> str:
@@ -69,6 +74,7 @@ def _load(path: Path) -> LiveCluster:
         gpu_partition=raw["gpu_partition"],
         gpus_per_node=int(raw["gpus_per_node"]),
         chroot=raw.get("chroot", ""),
+        switches={str(switch): list(nodes) for switch, nodes in (raw.get("switches") or {}).items()},
     )
 
 

@@ -111,7 +111,7 @@ class JobSubmission:
     working_directory: str
     standard_output: str
     standard_error: str
-    gpus: int = 0
+    gpus: int = 0  # on each node (`--gpus-per-node`); with one node, the job's GPUs (`--gpus`)
     gpu_type: str | None = None
     environment: Mapping[str, str] = field(default_factory=dict)
     comment: str = ""
@@ -123,6 +123,13 @@ class JobSubmission:
     array: str = ""
     # Other jobs it waits for, as `sbatch --dependency` takes it ("afterok:41:42,afterany:43"); "" for none.
     dependency: str = ""
+    # `--switches=max_switches@switch_wait_seconds`: the most leaf switches the nodes may span, and the longest
+    # the job waits for that (None: Slurm's max_switch_wait). API v0.0.38 refuses `required_switches` ("Disabled
+    # key"): there one switch is asked for as `one_switch_constraint`, Slurm's matching-OR constraint over the
+    # nodes' switch features ("[switch-leaf1|switch-leaf2]": all nodes share one of them), which never expires.
+    max_switches: int | None = None
+    switch_wait_seconds: int | None = None
+    one_switch_constraint: str = ""
 
     @property
     def gpu_spec(self) -> str:
@@ -228,6 +235,9 @@ class NodeInfo:
     gpu_type: str | None
     gpus_total: int
     gpus_used: int
+    # Its leaf switch, from the node feature `switch-<name>` (slurmrestd shows no network topology before
+    # Slurm 25.05, and 25.05+ only for dynamic nodes); "" when the node has none.
+    switch: str = ""
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,8 @@ def test_a_typed_rate_prices_the_gpus_for_their_whole_time_limit(
         "partition": "gpu",
         "gpu_type": "h100",  # not asked for: the partition has no other
         "gpus": gpus,
+        "nodes": 1,
+        "total_gpus": gpus,
         "time_limit_minutes": minutes,
         "array_tasks": 0,
         "array_tasks_that_fit": None,
@@ -292,7 +294,10 @@ def test_a_shape_a_submission_would_refuse_is_refused_with_the_same_words(cluste
 
     assert response.status_code == 400
     assert response.json()["fields"] == {
-        "gpus": ["A job runs on one node, and the nodes of partition 'gpu' have at most 4 GPUs; ask for 4 or fewer."],
+        "gpus": [
+            "`gpus` counts the GPUs on each node, and the nodes of partition 'gpu' have at most 4 GPUs; ask "
+            "for 4 or fewer per node, and for more nodes (`nodes`) if you need more GPUs."
+        ],
         "time_limit_minutes": [
             "Partition 'gpu' allows at most 600 minutes (10 h); ask for less or use another partition."
         ],

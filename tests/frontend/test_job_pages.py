@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from billing.rates import rate_create
-from clusters.models import Cluster, ClusterAccount, GpuType
+from clusters.models import Cluster, ClusterAccount, GpuType, Partition
 from jobs.job_services import JobRequest, job_cancel, job_submit
 from jobs.models import Job, JobState, JobTemplate
 from quotas.models import Allocation
@@ -187,7 +187,8 @@ def test_the_estimate_says_what_the_job_costs_at_most_and_what_it_leaves(shop: S
         (
             "gpus",
             "9",
-            "A job runs on one node, and the nodes of partition 'gpu' have at most 4 h100 GPUs; ask for 4 or fewer.",
+            "`gpus` counts the GPUs on each node, and the nodes of partition 'gpu' have at most 4 h100 GPUs; ask "
+            "for 4 or fewer per node, and for more nodes (`nodes`) if you need more GPUs.",
         ),
         ("gpus", "0", "Ask for at least 1 GPU."),
         (
@@ -242,6 +243,29 @@ def test_a_submission_goes_to_the_new_jobs_page_with_a_message(shop: Shop) -> No
     assert "Job “train” was accepted; a worker is handing it to pagecluster." in page
     assert "8.00 GPU-hours" in page
     assert "up to 20.00 EUR" in page
+
+
+def test_a_multi_node_job_from_the_form_shows_its_total_and_is_checked_against_the_nodes(shop: Shop) -> None:
+    Partition.objects.filter(cluster=shop.cluster).update(node_names=["n1", "n2"], gpu_nodes_by_type={"h100": 2})
+    client = shop.client("member")
+
+    estimate = client.post("/jobs/new/estimates/", _form(nodes="2")).content.decode()
+    too_many = client.post("/jobs/new/", _form(nodes="3")).content.decode()
+    response = client.post("/jobs/new/", _form(nodes="2"))
+
+    times = "\N{MULTIPLICATION SIGN}"
+    assert f'<p class="estimate-total" id="estimate-total">4 GPUs in all: 2 nodes {times} 2 GPUs.</p>' in estimate
+    assert "At most 16.00 GPU-hours (2 nodes x 2 GPUs) on h100" in estimate
+    assert _field_error(too_many, "nodes") == (
+        "Partition &#x27;gpu&#x27; has 2 nodes with h100 GPUs; ask for 2 or fewer nodes, or choose a partition with "
+        "more."
+    )
+    job = Job.objects.get()
+    assert (job.node_count, job.gpus, job.total_gpus) == (2, 2, 4)
+    page = client.get(response["Location"]).content.decode()
+    assert f'<dd id="job-gpus">4 in all: 2 nodes {times} 2 {times} h100</dd>' in page
+    form = client.get(f"/jobs/new/?rerun={job.pk}").content.decode()
+    assert re.search(r'id="id_nodes" name="nodes"[^>]*value="2"', form)
 
 
 def test_a_template_submission_records_the_template(shop: Shop) -> None:

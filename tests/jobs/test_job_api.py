@@ -108,7 +108,10 @@ def test_every_problem_is_reported_at_once_with_what_to_change(project: Project,
     assert response.status_code == 400
     fields = response.json()["fields"]
     assert fields == {
-        "gpus": ["A job runs on one node, and the nodes of partition 'h100' have at most 4 GPUs; ask for 4 or fewer."],
+        "gpus": [
+            "`gpus` counts the GPUs on each node, and the nodes of partition 'h100' have at most 4 GPUs; ask "
+            "for 4 or fewer per node, and for more nodes (`nodes`) if you need more GPUs."
+        ],
         "time_limit_minutes": [
             "Partition 'h100' allows at most 2880 minutes (2 d); ask for less or use another partition."
         ],
@@ -140,7 +143,8 @@ def test_every_problem_is_reported_at_once_with_what_to_change(project: Project,
         (
             {"partition": "a100", "gpu_type": "a100", "gpus": 9},
             "gpus",
-            "A job runs on one node, and the nodes of partition 'a100' have at most 8 a100 GPUs; ask for 8 or fewer.",
+            "`gpus` counts the GPUs on each node, and the nodes of partition 'a100' have at most 8 a100 GPUs; ask "
+            "for 8 or fewer per node, and for more nodes (`nodes`) if you need more GPUs.",
         ),
         ({"partition": "h100", "gpus": 0}, "gpus", "Ask for at least 1 GPU."),
         ({"script": ""}, "script", "Give the batch script to run, starting with a line such as '#!/bin/bash'."),
@@ -433,12 +437,18 @@ def test_members_save_templates_and_see_them_with_the_built_ins(project: Project
     assert duplicate.status_code == 400
     assert duplicate.json()["fields"]["name"] == [f"Project '{label}' already has a template named 'nightly eval'."]
     listed = _api(viewer).get("/api/v1/job-templates/", {"project": label}).json()["results"]
-    builtins = ["gpu-smoke-test", "pytorch-multi-gpu-training", "parameter-sweep", "array-sweep"]
+    builtins = [
+        "gpu-smoke-test",
+        "pytorch-multi-gpu-training",
+        "pytorch-multi-node-training",
+        "parameter-sweep",
+        "array-sweep",
+    ]
     assert [t["id"] for t in listed] == [*builtins, created.json()["id"]]
     assert listed[-1]["kind"] == "project"
     assert listed[-1]["created_by"] == member.username
     outsider_view = _api(make_user()).get("/api/v1/job-templates/").json()["results"]
-    assert [t["kind"] for t in outsider_view] == ["builtin"] * 4
+    assert [t["kind"] for t in outsider_view] == ["builtin"] * 5
 
 
 def test_only_the_author_or_a_manager_changes_a_template(project: Project, cluster: Cluster) -> None:

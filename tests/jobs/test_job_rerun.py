@@ -131,7 +131,8 @@ def test_changes_are_validated_like_a_submission_and_unknown_fields_refused_by_n
     too_many = _rerun(team, gpus=9)
     assert too_many.status_code == 400
     assert too_many.json()["fields"]["gpus"] == [
-        "A job runs on one node, and the nodes of partition 'gpu' have at most 4 GPUs; ask for 4 or fewer."
+        "`gpus` counts the GPUs on each node, and the nodes of partition 'gpu' have at most 4 GPUs; ask "
+        "for 4 or fewer per node, and for more nodes (`nodes`) if you need more GPUs."
     ]
     no_such = _rerun(team, partition="nope")
     assert no_such.json()["fields"]["partition"] == [

@@ -308,6 +308,19 @@ def split_csv(value: str | None) -> tuple[str, ...]:
 _HOSTLIST_ITEM = re.compile(r"([^,\[]+)(?:\[([^\]]+)\])?([^,\[]*)")
 
 
+# A node's leaf switch travels as a Slurm node feature: `Features=switch-leaf1` (README, "Multi-node jobs").
+SWITCH_FEATURE_PREFIX = "switch-"
+
+
+def switch_from_features(features: str | Iterable[str] | None) -> str:
+    """The switch named by a node's features ("switch-leaf1,nvlink" or ["switch-leaf1"]): "leaf1"; "" if none."""
+    items = features.split(",") if isinstance(features, str) else list(features or ())
+    for item in items:
+        if isinstance(item, str) and item.strip().startswith(SWITCH_FEATURE_PREFIX):
+            return item.strip()[len(SWITCH_FEATURE_PREFIX) :]
+    return ""
+
+
 def expand_hostlist(value: str | None) -> tuple[str, ...]:
     """Slurm's compressed host lists: "gpu[01-03,07],login1" -> gpu01, gpu02, gpu03, gpu07, login1."""
     names: list[str] = []

@@ -19,6 +19,7 @@ from clusters.slurm.codecs.base import (
     messages_from,
     plain_number,
     shell_exit_code,
+    switch_from_features,
     timestamp,
     untyped_gpu_count,
 )
@@ -99,10 +100,18 @@ class DataParserCodec(Codec):
             job["array"] = submission.array
         if submission.dependency:
             job["dependency"] = submission.dependency
-        if submission.gpus:
+        if submission.gpus and submission.nodes > 1:
+            # What `sbatch --gpus-per-node` sends: the same GPUs on every node of a multi-node job.
+            job["tres_per_node"] = f"gres/gpu:{submission.gpu_spec}"
+        elif submission.gpus:
             # These versions have no `gpus`/`gres` job fields: slurmrestd would drop them with a mere
             # warning. `tres_per_job` is what `sbatch --gpus` sends.
             job["tres_per_job"] = f"gres/gpu:{submission.gpu_spec}"
+        if submission.max_switches is not None:
+            # `--switches=N@wait`; without a wait Slurm applies its max_switch_wait (300 s by default).
+            job["required_switches"] = _number_struct(submission.max_switches)
+            if submission.switch_wait_seconds is not None:
+                job["wait_for_switch"] = submission.switch_wait_seconds
         if submission.cpus is not None:
             # One task with `cpus` CPUs, as `sbatch -c`; minimum_cpus makes the total explicit.
             job["cpus_per_task"] = submission.cpus
@@ -273,6 +282,7 @@ class DataParserCodec(Codec):
                     gpu_type=gpu_type,
                     gpus_total=gpus_total,
                     gpus_used=gpus_used,
+                    switch=switch_from_features(_gres_strings(raw.get("features"))),
                 )
             )
         return nodes

@@ -20,6 +20,7 @@ from clusters.slurm.codecs.base import (
     messages_from,
     plain_number,
     shell_exit_code,
+    switch_from_features,
     timestamp,
     untyped_gpu_count,
 )
@@ -92,10 +93,17 @@ class V0038Codec(Codec):
             "standard_output": submission.standard_output,
             "standard_error": submission.standard_error,
             "environment": dict(submission.environment) or dict(_MINIMAL_ENVIRONMENT),
-            "nodes": [submission.nodes, submission.nodes],
+            # A plain count, against the spec's [min, max] array: measured on 22.05.8, [2, 2] is accepted and
+            # runs the job on one node (NumNodes=1), while 2 gives NumNodes=2-2.
+            "nodes": submission.nodes,
         }
-        if submission.gpus:
+        if submission.gpus and submission.nodes > 1:
+            job["gpus_per_node"] = submission.gpu_spec
+        elif submission.gpus:
             job["gpus"] = submission.gpu_spec
+        if submission.max_switches == 1 and submission.one_switch_constraint:
+            # 22.05's v0.0.38 refuses required_switches and wait_for_switch ("Disabled key"), measured here.
+            job["constraints"] = submission.one_switch_constraint
         if submission.comment:
             job["comment"] = submission.comment
         if submission.cpus:
@@ -209,6 +217,7 @@ class V0038Codec(Codec):
                     gpu_type=gpu_type,
                     gpus_total=gpus_total,
                     gpus_used=gpus_used,
+                    switch=switch_from_features(raw.get("features")),
                 )
             )
         return nodes

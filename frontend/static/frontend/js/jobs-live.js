@@ -84,7 +84,8 @@
       badge.dataset.field = "state";
       setBadge(badge, job.state);
       state.append(badge);
-      const gpus = cell(`${job.gpus}${job.gpu_type ? ` × ${job.gpu_type}` : ""}`);
+      const nodes = job.node_count > 1 ? ` on ${job.node_count} nodes` : "";
+      const gpus = cell(`${job.total_gpus ?? job.gpus}${job.gpu_type ? ` × ${job.gpu_type}` : ""}${nodes}`);
       gpus.className = "number";
       const submitted = cell("");
       submitted.append(timeElement(job.updated_at));
