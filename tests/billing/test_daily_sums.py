@@ -5,12 +5,15 @@ the services is found by the check and repaired by a rebuild."""
 from __future__ import annotations
 
 import importlib
+import io
 from datetime import date, timedelta
 from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
 from django.db.models import F
 from django.utils import timezone
@@ -190,4 +193,23 @@ def test_the_migrations_fill_the_sums_in_batches_as_the_writers_keep_them(
 
     assert _sums() == kept
     assert usage_daily_mismatches() == []
+    assert ledger_daily_mismatches() == []
+
+
+def test_the_command_finds_a_wrong_sum_and_rebuilds_it() -> None:
+    _days_of_history()
+    LedgerDaily.objects.update(charged_gpu_seconds=F("charged_gpu_seconds") + 1)
+    output = io.StringIO()
+
+    with pytest.raises(CommandError, match="differ"):
+        call_command("daily_sums_rebuild", "--check", stdout=output)
+    call_command("daily_sums_rebuild", stdout=output)
+    call_command("daily_sums_rebuild", "--check", stdout=output)
+
+    said = output.getvalue().splitlines()
+    assert said[0].startswith("Usage per day: 0 rows differ from the shares; ledger per day: ")
+    assert not said[0].startswith("Usage per day: 0 rows differ from the shares; ledger per day: 0 ")
+    assert said[1].startswith("Usage per day: ")
+    assert said[2].startswith("Ledger per day: ")
+    assert said[3] == "Usage per day: 0 rows differ from the shares; ledger per day: 0 rows differ from the entries."
     assert ledger_daily_mismatches() == []
