@@ -274,7 +274,7 @@ SHARE_COLUMNS = (
 def _daily_sums_fill(url: str, migrate: Any) -> None:
     """The daily sums filled the old way (one statement) and the new way (the batched migrations), each while a
     usage writer and a quota writer probe; then checked against the rows they sum."""
-    from django.db import connection
+    from django.db import OperationalError, connection, transaction
 
     from billing.usage import BILLING_LOCK_ID, usage_daily_mismatches
     from quotas.usage import ledger_daily_mismatches
@@ -313,14 +313,27 @@ def _daily_sums_fill(url: str, migrate: Any) -> None:
         probe = WriterProbe(url, writers[name])
         probe.start()
         time.sleep(0.5)
-        started = time.perf_counter()
-        with connection.cursor() as cursor:
-            cursor.execute("BEGIN")
-            cursor.execute(sql)
-            cursor.execute("COMMIT")
+        deadlocks = 0
+        while True:
+            started = time.perf_counter()
+            try:
+                with transaction.atomic(), connection.cursor() as cursor:
+                    cursor.execute(sql)
+                break
+            except OperationalError as error:
+                # A quota writer holds its allocation's row and waits for the ledger, which the fill holds while
+                # its sums' foreign key waits for that row at COMMIT: PostgreSQL aborts the fill.
+                if "deadlock" not in str(error):
+                    raise
+                deadlocks += 1
+                if deadlocks == 3:
+                    print(f"  {name}: the fill deadlocked with the writer 3 times; {probe.finish()}", flush=True)
+                    probe = WriterProbe(url, [])  # then once more, with nobody writing
+                    probe.start()
+        said = " (with nobody writing, after 3 tries that deadlocked with the writer)" if deadlocks >= 3 else ""
         print(
             f"daily sums of the {name}, one statement under a SHARE lock (0003 until now): "
-            f"{time.perf_counter() - started:.1f} s; a {name} writer: {probe.finish()}",
+            f"{time.perf_counter() - started:.1f} s{said}; a {name} writer: {probe.finish()}",
             flush=True,
         )
     for name, (app, migration) in FILL_MIGRATIONS.items():
