@@ -344,8 +344,8 @@ def _daily_sums_fill(url: str, migrate: Any) -> None:
         time.sleep(0.5)
         seconds = migrate(app, migration)
         print(
-            f"daily sums of the {name}, {app} {migration}: {seconds:.1f} s; a {name} writer on the busiest "
-            f"allocation: {probe.finish()}",
+            f"daily sums of the {name}, {app} {migration}: {seconds:.1f} s; a {name} writer"
+            f"{' on the busiest allocation' if name == 'ledger' else ''}: {probe.finish()}",
             flush=True,
         )
     usage, ledger = usage_daily_mismatches(), ledger_daily_mismatches()
