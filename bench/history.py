@@ -41,6 +41,10 @@ ROUTES: list[tuple[str, str, tuple[str, ...]]] = [
     ("page /jobs/?state=failed", "/jobs/?state=failed", ("alice", "bob")),
     ("page /jobs/?project=acme/vision&state=failed", "/jobs/?project=acme/vision&state=failed", ("alice", "bob")),
     ("page /jobs/?search=train-7", "/jobs/?search=train-7", ("alice", "bob")),
+    # One job in 997 has this name: few matches, found through the trigram index rather than by walking the list.
+    ("page /jobs/?search=train-996", "/jobs/?search=train-996", ("alice", "bob")),
+    # Digits are also a Slurm job id.
+    ("page /jobs/?search=<Slurm job id>", "/jobs/?search={slurm_job_id}", ("alice", "bob")),
     ("GET /api/v1/jobs/", "/api/v1/jobs/", ("alice", "bob")),
     ("GET /api/v1/jobs/ 50 pages deep", "{api_jobs_page_50}", ("alice", "bob")),
     (
@@ -113,29 +117,54 @@ def main() -> None:
 def table_print(sizes: list[int], results: dict[int, dict[str, Any]]) -> None:
     labels = [size_label(size) for size in sizes]
     header = f"  {'route':<54} {'user':<6}" + "".join(f" {label + ' p50/p95 ms':>19}" for label in labels)
+    header += "".join(f" {label + ' cpu/sql':>15}" for label in labels)
     header += f" {'queries':>9} {'p95 x':>6}"
+    print("  p50/p95: the request's wall time; cpu/sql: p50 of this process's CPU time (the client and Django, not")
+    print("  PostgreSQL's) and of the wall time of its SQL queries, in ms: a p95 well above cpu + sql is time spent")
+    print("  waiting for a CPU that other processes held.")
     print(header)
     for label, _, users in ROUTES:
         for user in users:
-            cells, queries = [], []
+            cells, costs, queries = [], [], []
             for size in sizes:
                 figure = results[size]["routes"].get(f"{label}|{user}")
                 if figure is None:
                     cells.append(f" {'-':>19}")
+                    costs.append(f" {'-':>15}")
                     continue
                 status = "" if figure["status"] == 200 else f" ({figure['status']})"
                 cells.append(f" {figure['p50']:>8.1f} /{figure['p95']:>7.1f}{status:>2}")
+                costs.append(f" {figure.get('cpu', 0):>7.1f} /{figure.get('sql', 0):>6.1f}")
                 queries.append(str(figure["queries"]))
             first = results[sizes[0]]["routes"].get(f"{label}|{user}")
             last = results[sizes[-1]]["routes"].get(f"{label}|{user}")
             ratio = f"{last['p95'] / first['p95']:.1f}" if first and last and first["p95"] else "-"
-            print(f"  {label:<54} {user:<6}{''.join(cells)} {'/'.join(queries):>9} {ratio:>6}")
+            print(f"  {label:<54} {user:<6}{''.join(cells)}{''.join(costs)} {'/'.join(queries):>9} {ratio:>6}")
     for size in sizes:
         info = results[size]
         print(
-            f"  {size_label(size)}: {info['note']}; database {info['database_mb']:,.0f} MB"
+            f"  {size_label(size)}: {info['note']}; {info.get('load', '')}; database {info['database_mb']:,.0f} MB"
             f" ({info['database_mb'] * 1_000_000 / size / 1024:,.2f} GB per million jobs)"
         )
+    sizes_print(sizes[-1], results[sizes[-1]])
+
+
+def sizes_print(jobs: int, info: dict[str, Any]) -> None:
+    """The largest database's tables (with their indexes): rows, MB, and MB per million jobs."""
+    tables = info.get("tables") or []
+    if not tables:
+        return
+    per_million = 1_000_000 / jobs
+    print(f"  {size_label(jobs)}: tables with their indexes (rows estimated by ANALYZE)")
+    print(f"    {'table':<34} {'rows':>12} {'MB':>9} {'MB per 1M jobs':>15}")
+    shown = [table for table in tables if table[2] >= 1]
+    for name, rows, megabytes in shown:
+        print(f"    {name:<34} {rows:>12,} {megabytes:>9,.0f} {megabytes * per_million:>15,.0f}")
+    total = sum(table[2] for table in tables)
+    print(
+        f"    {'all ' + str(len(tables)) + ' tables':<34} {'':>12} {total:>9,.0f} {total * per_million:>15,.0f}"
+        f"  ({total * per_million / 1024:,.2f} GB per million jobs; {len(tables) - len(shown)} under 1 MB not shown)"
+    )
 
 
 # Child: load (or migrate) one database, then time the routes. ----------------------------------------------
@@ -158,14 +187,34 @@ def child(*, jobs: int, requests: int, reuse: bool) -> None:
     else:
         note = _load(stack, jobs=jobs)
     print(f"  {size_label(jobs)}: {note}", flush=True)
+    load_before = os.getloadavg()[0]
     routes = _measure(requests=requests)
+    load = f"load average {load_before:.1f} before the routes, {os.getloadavg()[0]:.1f} after"
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_database_size(current_database())")
         database_bytes = cursor.fetchone()[0]
-    result = {"note": note, "routes": routes, "database_mb": database_bytes / 1024 / 1024}
+        cursor.execute(TABLE_SIZES_SQL)
+        tables = [[name, rows, size / 1024 / 1024] for name, rows, size in cursor.fetchall()]
+    result = {
+        "note": note,
+        "load": load,
+        "routes": routes,
+        "database_mb": database_bytes / 1024 / 1024,
+        "tables": tables,
+    }
     print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+# The tables of the portal's schema, largest first: rows (the planner's estimate after VACUUM ANALYZE) and bytes
+# with their indexes and TOAST (pg_total_relation_size).
+TABLE_SIZES_SQL = """
+    SELECT c.relname, greatest(c.reltuples, 0)::bigint, pg_total_relation_size(c.oid)
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.relkind = 'r' AND n.nspname = 'public'
+    ORDER BY pg_total_relation_size(c.oid) DESC
+"""
 
 
 def _loaded_jobs() -> int | None:
@@ -198,13 +247,13 @@ def _load(stack: Any, *, jobs: int) -> str:
     _year_of_rates_and_allocations()
     stack.redis_flush()  # the Slurm syncs the services queued: no worker runs here
     started = time.perf_counter()
-    _history_insert(jobs=jobs)
+    sums = _history_insert(jobs=jobs)
     loaded = time.perf_counter() - started
     started = time.perf_counter()
     invoices = _invoices_build()
     built = time.perf_counter() - started
     return (
-        f"migrated in {migrated:.1f} s, {jobs:,} jobs loaded in {loaded:.1f} s, "
+        f"migrated in {migrated:.1f} s, {jobs:,} jobs loaded in {loaded:.1f} s ({sums}), "
         f"{invoices} months invoiced in {built:.1f} s"
     )
 
@@ -294,13 +343,13 @@ INSERT INTO jobs_job (id, project_id, cluster_id, user_id, cluster_username, is_
     gpu_type, gpus, time_limit_minutes, script, environment, template_id, idempotency_key, request_id,
     working_directory, stdout_path, stderr_path, state, slurm_state, state_reason, last_error, slurm_job_id,
     slurm_submit_time, nodes, exit_code, submit_attempts, created_at, submitted_at, started_at, ended_at,
-    updated_at)
+    updated_at, gpu_indices, "array", array_progress, array_task_count)
 SELECT job_id, project_id, %(cluster)s, user_id, username, false, 'train-' || (n %% 997), gpu_type, gpu_type,
     gpus, 180, E'#!/bin/bash\\npython train.py\\n', '{}', '', '', '', '/home/' || username,
     '/var/log/jobs/' || job_id || '.out', '/var/log/jobs/' || job_id || '.err', state, upper(state), '', '',
     1000000 + n, created_at + interval '2 seconds', 'gpu' || (n %% 4 + 1),
     CASE WHEN state = 'completed' THEN 0 ELSE 1 END, 1, created_at, created_at + interval '2 seconds',
-    started_at, ended_at, ended_at
+    started_at, ended_at, ended_at, '{}', '', '{}', 0
 FROM history_rows ORDER BY n;
 
 INSERT INTO jobs_jobtransition (job_id, from_state, to_state, at, detail)
@@ -355,7 +404,7 @@ WHERE a.id = charged.allocation_id;
 """
 
 
-def _history_insert(*, jobs: int) -> None:
+def _history_insert(*, jobs: int) -> str:
     from django.contrib.auth import get_user_model
     from django.db import connection
 
@@ -384,16 +433,21 @@ def _history_insert(*, jobs: int) -> None:
         )
         cursor.execute("COMMIT")
         cursor.execute("VACUUM ANALYZE")
-    _after_load(jobs=jobs)
+    return _after_load(jobs=jobs)
 
 
-def _after_load(*, jobs: int) -> None:
-    """The daily sums the portal keeps as charges land, computed once from the bulk-loaded rows."""
+def _after_load(*, jobs: int) -> str:
+    """The daily sums the portal keeps as charges land, computed once from the bulk-loaded rows, in batches as
+    `manage.py daily_sums_rebuild` and the migrations that add them do."""
     from billing.usage import usage_daily_rebuild
     from quotas.usage import ledger_daily_rebuild
 
-    usage_daily_rebuild()
-    ledger_daily_rebuild()
+    usage, ledger = usage_daily_rebuild(), ledger_daily_rebuild()
+    return (
+        f"daily sums rebuilt: usage {usage.seconds:.1f} s in {usage.batches} batches (longest "
+        f"{usage.longest_batch_seconds * 1000:.0f} ms), ledger {ledger.seconds:.1f} s in {ledger.batches} batches "
+        f"(longest {ledger.longest_batch_seconds * 1000:.0f} ms)"
+    )
 
 
 def _invoices_build() -> int:
@@ -457,6 +511,7 @@ def _measure(*, requests: int) -> dict[str, dict[str, Any]]:
         client.force_login(get_user_model().objects.get(username=username))
         values = {
             "job_id": vision_job.pk if vision_job else "",
+            "slurm_job_id": vision_job.slurm_job_id if vision_job else "",
             "allocation_id": allocation.pk,
             "invoice_id": invoice.pk if invoice else 0,
             "jobs_page_50": _page_deep(client, "/jobs/", 50),
@@ -469,16 +524,20 @@ def _measure(*, requests: int) -> dict[str, dict[str, Any]]:
             gc.collect()  # what walking 49 pages left behind is not collected inside a timed request
             for _ in range(WARMUP_REQUESTS):
                 client.get(path)
-            timings = []
+            timings, cpu, sql = [], [], []
             for _ in range(requests):
                 with CaptureQueriesContext(connection) as queries:
-                    started = time.perf_counter()
+                    started, cpu_started = time.perf_counter(), time.process_time()
                     response = client.get(path)
                     timings.append((time.perf_counter() - started) * 1000)
+                    cpu.append((time.process_time() - cpu_started) * 1000)
+                sql.append(sum(float(query["time"]) for query in queries.captured_queries) * 1000)
             figures[f"{label}|{username}"] = {
                 "status": response.status_code,
                 "p50": stack.percentile(timings, 0.5),
                 "p95": stack.percentile(timings, 0.95),
+                "cpu": stack.percentile(cpu, 0.5),
+                "sql": stack.percentile(sql, 0.5),
                 "queries": len(queries),
                 "path": path,
             }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -31,6 +32,8 @@ from billing.money import usage_cost
 from billing.rates import RateBook
 from jobs.models import Job, JobArrayTask
 from quotas.models import LedgerEntry, LedgerKind, period_start
+from quotas.usage import DailyRebuild
+from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -309,17 +312,65 @@ USAGE_DAILY_FROM_SHARES_SQL = f"""
 """  # noqa: S608
 
 
-def usage_daily_rebuild() -> int:
-    """Recompute every daily sum from the shares (after a bulk load or a repair); returns the rows written.
-    Writers of usage wait meanwhile (the billing lock); readers do not."""
-    with transaction.atomic():
-        billing_lock()
+USAGE_DAILY_BATCH_DAYS = 1
+# One tenant's shares of [first, end) summed as USAGE_DAILY_FROM_SHARES_SQL sums them all: whether a share is its
+# record's first is decided among all the record's shares, also those outside the slice.
+_USAGE_DAILY_OF_SLICE_SQL = f"""
+    INSERT INTO billing_usagedaily ({_DAILY_COLUMNS}, {_DAILY_SUMS})
+    SELECT {_DAILY_COLUMNS}, sum(gpu_seconds), sum(cost), count(*) FILTER (WHERE first_of_record),
+        count(*) FILTER (WHERE first_of_day AND NOT first_of_record)
+    FROM (
+        SELECT *,
+            row_number() OVER (PARTITION BY usage_record_id ORDER BY starts_at, id) = 1 AS first_of_record,
+            row_number() OVER (PARTITION BY usage_record_id, day ORDER BY starts_at, id) = 1 AS first_of_day
+        FROM billing_usageshare
+        WHERE usage_record_id IN (
+            SELECT usage_record_id FROM billing_usageshare
+            WHERE tenant_id = %(tenant)s AND day >= %(first)s AND day < %(end)s
+        )
+    ) shares
+    WHERE tenant_id = %(tenant)s AND day >= %(first)s AND day < %(end)s
+    GROUP BY {_DAILY_COLUMNS}
+"""  # noqa: S608
+# The days of a tenant that have shares or sums: where its slices run (the indexes on (tenant, day)).
+_USAGE_DAILY_DAYS_SQL = """
+    SELECT least(shares.first, sums.first), greatest(shares.last, sums.last)
+    FROM (SELECT min(day) AS first, max(day) AS last FROM billing_usageshare WHERE tenant_id = %(tenant)s) shares,
+        (SELECT min(day) AS first, max(day) AS last FROM billing_usagedaily WHERE tenant_id = %(tenant)s) sums
+"""
+
+
+def usage_daily_rebuild(*, days_per_batch: int = USAGE_DAILY_BATCH_DAYS) -> DailyRebuild:
+    """Recompute every daily sum from the shares (after a bulk load, a repair, or an upgrade that created the
+    table: billing migration 0005), `days_per_batch` days of one tenant per transaction. A batch holds the billing
+    lock, which every writer of usage takes, and replaces its days' rows with the shares' sums: an import waits for
+    one batch at most, and a batch is right whatever was imported before or after it; readers never wait.
+    Idempotent; safe to stop."""
+    started = time.monotonic()
+    rows = batches = 0
+    longest = 0.0
+    for tenant_id in Tenant.objects.order_by("pk").values_list("pk", flat=True):
         with connection.cursor() as cursor:
-            cursor.execute("DELETE FROM billing_usagedaily")
-            cursor.execute(
-                f"INSERT INTO billing_usagedaily ({_DAILY_COLUMNS}, {_DAILY_SUMS}) " + USAGE_DAILY_FROM_SHARES_SQL
-            )
-            return int(cursor.rowcount)
+            cursor.execute(_USAGE_DAILY_DAYS_SQL, {"tenant": tenant_id})
+            first, last = cursor.fetchone() or (None, None)
+        if first is None or last is None:
+            continue
+        while first <= last:
+            slice_ = {"tenant": tenant_id, "first": first, "end": first + timedelta(days=days_per_batch)}
+            with transaction.atomic(), connection.cursor() as cursor:
+                billing_lock()
+                locked = time.monotonic()
+                cursor.execute(
+                    "DELETE FROM billing_usagedaily WHERE tenant_id = %(tenant)s AND day >= %(first)s "
+                    "AND day < %(end)s",
+                    slice_,
+                )
+                cursor.execute(_USAGE_DAILY_OF_SLICE_SQL, slice_)
+                rows += cursor.rowcount
+            longest = max(longest, time.monotonic() - locked)
+            batches += 1
+            first = slice_["end"]
+    return DailyRebuild(rows=rows, batches=batches, longest_batch_seconds=longest, seconds=time.monotonic() - started)
 
 
 def usage_daily_mismatches() -> list[tuple[object, ...]]:

@@ -14,7 +14,7 @@ from uuid import UUID
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Page, Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -36,6 +36,7 @@ from jobs.reasons import pending_reason_text
 from jobs.reruns import job_rerun
 from jobs.selectors import (
     JobAction,
+    job_action_allowed,
     job_array_task_list,
     job_get_for_user,
     job_is_gpu_idle,
@@ -494,11 +495,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
 
 
 def _allowed(request: HttpRequest, job: Job, action: JobAction) -> bool:
-    try:
-        job_get_for_user(user=request.user, job_id=job.pk, action=action)
-    except PermissionDenied:
-        return False
-    return True
+    return job_action_allowed(user=request.user, job=job, action=action)
 
 
 def _may_cancel(request: HttpRequest, job: Job) -> bool:

@@ -146,6 +146,9 @@ class Job(models.Model):
             # through it, and ANALYZE keeps statistics of the expression, so a common one is known as such and
             # found by walking job_recent instead of sorting every match.
             GinIndex(OpClass(Upper("name"), name="gin_trgm_ops"), name="job_name_search"),
+            # A search of digits is also a Slurm job id (`... OR slurm_job_id = n`): with both sides indexed the
+            # planner ORs two index scans instead of reading every job (0.8 s at 1M jobs without it).
+            models.Index(fields=["slurm_job_id"], name="job_slurm_job_id"),
         ]
         constraints = [
             # Slurm reuses job ids after its state is reset: an external job is known by id and submit time.

@@ -93,6 +93,21 @@ def job_get_for_user(*, user: AnyUser, job_id: uuid.UUID | str, action: JobActio
         project_get_by_id_for_user(user=user, project_id=job.project_id, action=ProjectAction.VIEW)
     except Http404:
         raise _job_not_found(job_id) from None
+    _job_action_check(user=user, job=job, action=action)
+    return job
+
+
+def job_action_allowed(*, user: AnyUser, job: Job, action: JobAction) -> bool:
+    """Whether `user`, who sees `job` (from `job_get_for_user`), may also do `action` on it: the same rule, without
+    loading the job again (a job's page asks for two actions)."""
+    try:
+        _job_action_check(user=user, job=job, action=action)
+    except PermissionDenied:
+        return False
+    return True
+
+
+def _job_action_check(*, user: AnyUser, job: Job, action: JobAction) -> None:
     is_owner = job.user_id is not None and job.user_id == user.pk
     if action is JobAction.CANCEL and not is_owner:
         refusal = f"Only the job's owner, the managers of project '{job.project}' and its tenant's admins may cancel "
@@ -100,7 +115,6 @@ def job_get_for_user(*, user: AnyUser, job_id: uuid.UUID | str, action: JobActio
     if action is JobAction.RERUN:
         refusal = f"Only those who may submit to project '{job.project}' (its members and managers) may run its "
         _project_action_check(user=user, job=job, action=ProjectAction.SUBMIT, refusal=refusal + "jobs again.")
-    return job
 
 
 def _project_action_check(*, user: AnyUser, job: Job, action: ProjectAction, refusal: str) -> None:

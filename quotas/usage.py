@@ -7,8 +7,9 @@ per day. `ledger_daily_mismatches` checks those sums against the entries.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.db import connection, transaction
@@ -153,14 +154,77 @@ def ledger_daily_mismatches() -> list[tuple[object, ...]]:
         return [tuple(row) for row in cursor.fetchall()]
 
 
-def ledger_daily_rebuild() -> int:
-    """Recompute every allocation's daily sums from the ledger (after a bulk load or a repair); returns the rows
-    written. Quota writes wait meanwhile (a SHARE lock on the ledger); reads do not."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("LOCK TABLE quotas_ledgerentry IN SHARE MODE")
-        cursor.execute("DELETE FROM quotas_ledgerdaily")
-        cursor.execute(
-            "INSERT INTO quotas_ledgerdaily (allocation_id, day, charged_gpu_seconds, reserved_gpu_seconds, "
-            "released_gpu_seconds) " + _LEDGER_DAILY_FROM_ENTRIES_SQL
-        )
-        return int(cursor.rowcount)
+@dataclass(frozen=True)
+class DailyRebuild:
+    """What a batched rebuild of daily sums did (`ledger_daily_rebuild`, billing's `usage_daily_rebuild`)."""
+
+    rows: int  # daily rows written
+    batches: int  # short transactions, each holding the writers' lock for its slice only
+    longest_batch_seconds: float  # the longest that one batch held that lock: the longest any writer waited on it
+    seconds: float
+
+
+LEDGER_DAILY_BATCH_DAYS = 7
+# One allocation's entries of [first, end) summed per day: the index on (allocation, created_at) finds them.
+_LEDGER_DAILY_OF_SLICE_SQL = """
+    INSERT INTO quotas_ledgerdaily (allocation_id, day, charged_gpu_seconds, reserved_gpu_seconds,
+        released_gpu_seconds)
+    SELECT allocation_id, (created_at AT TIME ZONE 'UTC')::date,
+        coalesce(sum(gpu_seconds) FILTER (WHERE kind = 'charge'), 0),
+        coalesce(sum(gpu_seconds) FILTER (WHERE kind = 'reserve'), 0),
+        coalesce(sum(gpu_seconds) FILTER (WHERE kind = 'release'), 0)
+    FROM quotas_ledgerentry
+    WHERE allocation_id = %(allocation)s AND created_at >= %(starts)s AND created_at < %(ends)s
+        AND kind IN ('charge', 'reserve', 'release')
+    GROUP BY 1, 2
+"""
+# The days of an allocation that have entries or sums: where its slices run.
+_LEDGER_DAILY_DAYS_SQL = """
+    SELECT least(entries.first, sums.first), greatest(entries.last, sums.last)
+    FROM (
+        SELECT (min(created_at) AT TIME ZONE 'UTC')::date AS first,
+            (max(created_at) AT TIME ZONE 'UTC')::date AS last
+        FROM quotas_ledgerentry WHERE allocation_id = %(allocation)s
+    ) entries, (
+        SELECT min(day) AS first, max(day) AS last FROM quotas_ledgerdaily WHERE allocation_id = %(allocation)s
+    ) sums
+"""
+
+
+def _midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def ledger_daily_rebuild(*, days_per_batch: int = LEDGER_DAILY_BATCH_DAYS) -> DailyRebuild:
+    """Recompute every allocation's daily sums from the ledger (after a bulk load, a repair, or an upgrade that
+    created the table: quotas migration 0005), `days_per_batch` days of one allocation per transaction. A batch
+    holds that allocation's row lock, which every ledger writer takes (`ledger_add_many`), and replaces its days'
+    rows with the entries' sums: a quota write on that allocation waits for one batch at most, others not at all,
+    and a batch is right whatever was written before or is written after it. Idempotent; safe to stop."""
+    started = time.monotonic()
+    rows = batches = 0
+    longest = 0.0
+    for allocation_id in Allocation.objects.order_by("pk").values_list("pk", flat=True):
+        with connection.cursor() as cursor:
+            cursor.execute(_LEDGER_DAILY_DAYS_SQL, {"allocation": allocation_id})
+            first, last = cursor.fetchone() or (None, None)
+        if first is None or last is None:
+            continue
+        while first <= last:
+            end = first + timedelta(days=days_per_batch)
+            with transaction.atomic(), connection.cursor() as cursor:
+                list(Allocation.objects.select_for_update(of=("self",)).filter(pk=allocation_id).values_list("pk"))
+                locked = time.monotonic()
+                cursor.execute(
+                    "DELETE FROM quotas_ledgerdaily WHERE allocation_id = %s AND day >= %s AND day < %s",
+                    [allocation_id, first, end],
+                )
+                cursor.execute(
+                    _LEDGER_DAILY_OF_SLICE_SQL,
+                    {"allocation": allocation_id, "starts": _midnight(first), "ends": _midnight(end)},
+                )
+                rows += cursor.rowcount
+            longest = max(longest, time.monotonic() - locked)
+            batches += 1
+            first = end
+    return DailyRebuild(rows=rows, batches=batches, longest_batch_seconds=longest, seconds=time.monotonic() - started)

@@ -4,10 +4,17 @@ the services is found by the check and repaired by a rebuild."""
 
 from __future__ import annotations
 
+import importlib
+import io
 from datetime import date, timedelta
 from decimal import Decimal
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
@@ -106,7 +113,103 @@ def test_a_sum_written_around_the_services_is_found_and_a_rebuild_repairs_it() -
     ledger_wrong = ledger_daily_mismatches()
     assert sorted((row[0], row[3]) for row in ledger_wrong) == [("expected", 3600), ("kept", 3605)]
 
-    assert usage_daily_rebuild() == 1
-    assert ledger_daily_rebuild() == 1
+    assert usage_daily_rebuild().rows == 1
+    assert ledger_daily_rebuild().rows == 1
     assert usage_daily_mismatches() == []
+    assert ledger_daily_mismatches() == []
+
+
+def _sums() -> tuple[list[Any], list[Any]]:
+    usage: list[Any] = list(
+        UsageDaily.objects.order_by("day", "tenant_id", "user_id", "price_per_gpu_hour").values_list(
+            "day", "tenant_id", "user_id", "price_per_gpu_hour", "gpu_seconds", "cost", "jobs", "carried_jobs"
+        )
+    )
+    ledger: list[Any] = list(
+        LedgerDaily.objects.order_by("allocation_id", "day").values_list(
+            "allocation_id", "day", "charged_gpu_seconds", "reserved_gpu_seconds", "released_gpu_seconds"
+        )
+    )
+    return usage, ledger
+
+
+def _days_of_history() -> None:
+    """Jobs across midnight (one over three days) and across batches, in two tenants, imported as usual."""
+    cluster = make_matrix_cluster()
+    month = previous_month(first_of_month(timezone.now().date()))
+    rate_create(
+        actor=None, cluster=cluster, gpu_type="", price_per_gpu_hour=Decimal("2.0000"), currency="EUR",
+        valid_from=at(month),
+    )  # fmt: skip
+    for name, first_day in (("acme", 3), ("globex", 9)):
+        project = make_project(make_tenant(name))
+        grant_allocation(project, cluster, 5000, starts_on=month, ends_on=month.replace(day=28))
+        day = month.replace(day=first_day)
+        charged_job(project, cluster, start=at(day, 22), end=at(day + timedelta(days=2), 1), gpus=2)
+        charged_job(project, cluster, start=at(day, 8), end=at(day, 9))
+        charged_job(project, cluster, start=at(day + timedelta(days=8), 23), end=at(day + timedelta(days=9), 2))
+    usage_import()
+
+
+def test_a_rebuild_in_batches_of_a_day_writes_the_sums_the_writers_kept() -> None:
+    _days_of_history()
+    kept = _sums()
+    assert kept[0]
+    assert kept[1]
+    UsageDaily.objects.all().delete()
+    LedgerDaily.objects.update(charged_gpu_seconds=0)  # stale rows are replaced, not added to
+
+    usage = usage_daily_rebuild(days_per_batch=1)
+    ledger = ledger_daily_rebuild(days_per_batch=1)
+
+    assert _sums() == kept
+    assert usage.rows == len(kept[0])
+    assert ledger.rows == len(kept[1])
+    assert usage.batches > 1
+    assert ledger.batches > 1
+    assert usage_daily_mismatches() == []
+    assert ledger_daily_mismatches() == []
+    # A second run changes nothing.
+    usage_daily_rebuild(days_per_batch=3)
+    ledger_daily_rebuild()
+    assert _sums() == kept
+
+
+@pytest.mark.parametrize(
+    ("migration", "table"),
+    [
+        ("billing.migrations.0005_usage_daily_fill_in_batches", UsageDaily),
+        ("quotas.migrations.0005_ledger_daily_fill_in_batches", LedgerDaily),
+    ],
+)
+def test_the_migrations_fill_the_sums_in_batches_as_the_writers_keep_them(
+    migration: str, table: type[UsageDaily | LedgerDaily]
+) -> None:
+    _days_of_history()
+    kept = _sums()
+    table.objects.all().delete()
+
+    importlib.import_module(migration).fill_in_batches(None, SimpleNamespace(connection=connection))
+
+    assert _sums() == kept
+    assert usage_daily_mismatches() == []
+    assert ledger_daily_mismatches() == []
+
+
+def test_the_command_finds_a_wrong_sum_and_rebuilds_it() -> None:
+    _days_of_history()
+    LedgerDaily.objects.update(charged_gpu_seconds=F("charged_gpu_seconds") + 1)
+    output = io.StringIO()
+
+    with pytest.raises(CommandError, match="differ"):
+        call_command("daily_sums_rebuild", "--check", stdout=output)
+    call_command("daily_sums_rebuild", stdout=output)
+    call_command("daily_sums_rebuild", "--check", stdout=output)
+
+    said = output.getvalue().splitlines()
+    assert said[0].startswith("Usage per day: 0 rows differ from the shares; ledger per day: ")
+    assert not said[0].startswith("Usage per day: 0 rows differ from the shares; ledger per day: 0 ")
+    assert said[1].startswith("Usage per day: ")
+    assert said[2].startswith("Ledger per day: ")
+    assert said[3] == "Usage per day: 0 rows differ from the shares; ledger per day: 0 rows differ from the entries."
     assert ledger_daily_mismatches() == []
