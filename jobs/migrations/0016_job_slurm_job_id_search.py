@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     atomic = False
 
-    dependencies = [("jobs", "0013_job_transition_archive")]
+    dependencies = [("jobs", "0015_multi_node_jobs")]
 
     operations = [
         AddIndexConcurrently(model_name="job", index=models.Index(fields=["slurm_job_id"], name="job_slurm_job_id")),
