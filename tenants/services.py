@@ -73,6 +73,35 @@ def audit_record(
     )
 
 
+def audit_record_many(
+    *,
+    actor: Actor,
+    action: str,
+    targets: list[tuple[Model, dict[str, Any] | None]],
+    tenant: Tenant | None,
+) -> list[AuditEvent]:
+    """`audit_record` for many targets of one action by one actor (each with its `after`), in one insert."""
+    acting_user = actor if actor is not None and actor.is_authenticated else None
+    request_id = current_request_id()
+    return AuditEvent.objects.bulk_create(
+        [
+            AuditEvent(
+                actor=acting_user,
+                actor_username=acting_user.get_username() if acting_user is not None else "",
+                tenant=tenant,
+                action=action,
+                target_type=type(target).__name__,
+                target_id=str(target.pk),
+                target_label=str(target),
+                before=None,
+                after=after,
+                request_id=request_id,
+            )
+            for target, after in targets
+        ]
+    )
+
+
 def _tenant_state(tenant: Tenant) -> dict[str, Any]:
     return {"slug": tenant.slug, "name": tenant.name, "description": tenant.description}
 
