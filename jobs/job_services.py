@@ -275,6 +275,7 @@ def job_submit_batch(
     keys = _batch_idempotency_keys(idempotency_key, len(requests))
     templates: dict[str, Any] = {}
     problems: dict[str, list[str]] = {}
+    unknown_cluster: dict[str, list[str]] = {}
     all_values: list[dict[str, Any]] = []
     for index, request in enumerate(requests):
         try:
@@ -283,11 +284,13 @@ def job_submit_batch(
             for name, messages in exc.message_dict.items():
                 problems[f"jobs.{index}.{name}"] = messages
             continue
-        if target is None and index:
-            # The same unknown cluster for every job: said once per job, its list of clusters read once.
-            problems[f"jobs.{index}.cluster"] = problems["jobs.0.cluster"]
-            continue
-        for name, messages in _validated(target=target, values=values).items():
+        if target is None:
+            # The same unknown cluster for every job: said for each, the list of clusters read once.
+            unknown_cluster = unknown_cluster or _validated(target=None, values=values)
+            item_problems = unknown_cluster
+        else:
+            item_problems = _validated(target=target, values=values)
+        for name, messages in item_problems.items():
             problems[f"jobs.{index}.{name}"] = messages
         all_values.append(values)
     if problems:

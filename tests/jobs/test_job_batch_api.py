@@ -158,6 +158,18 @@ def test_a_batch_goes_to_one_project_and_cluster(project: Project, cluster: Clus
     assert Job.objects.count() == 0
 
 
+def test_an_unknown_cluster_or_template_is_named_for_each_job(project: Project, cluster: Cluster) -> None:
+    api = _bearer(_member(project, cluster))
+
+    unknown_cluster = _batch(api, [_job(project, 0, cluster="nowhere"), _job(project, 1, cluster="nowhere")])
+    unknown_template = _batch(api, [_job(project, 0, template="nope"), _job(project, 1)])
+
+    assert sorted(unknown_cluster.json()["fields"]) == ["jobs.0.cluster", "jobs.1.cluster"]
+    assert "There is no active cluster 'nowhere'" in unknown_cluster.json()["fields"]["jobs.1.cluster"][0]
+    assert list(unknown_template.json()["fields"]) == ["jobs.0.template"]
+    assert Job.objects.count() == 0
+
+
 def test_a_batch_over_the_cap_or_empty_is_refused_saying_the_cap(
     project: Project, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
