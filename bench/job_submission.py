@@ -2,12 +2,13 @@
 slurmrestd submissions, in one run.
 
 Bare: `SlurmClient.submit_job` called sequentially over one keep-alive connection, held jobs. Portal: a few
-concurrent HTTP clients send `POST /api/v1/jobs/` (bearer token) to uvicorn; each 202 queues a task, and a
-Celery worker delivers the cluster's queued jobs in batches to the same slurmrestd. A portal job counts as known
-in Slurm when its row has its `slurm_job_id`. So that the portal's jobs never run, the project's Slurm account gets
-a GPU-minute limit of 0 (they wait with reason AssocGrpGRESMinutes, as over-quota jobs do); every job is cancelled
-at the end.
-Usage: python bench/job_submission.py [--jobs N] [--clients C] [--worker-concurrency W] [--port P]
+concurrent HTTP clients send `POST /api/v1/jobs/` (bearer token), one job each; then the same clients send the
+same number of jobs as `POST /api/v1/jobs/batch/` (--batch-size jobs each, as a sweep script would); each 202
+queues a task, and a Celery worker delivers the cluster's queued jobs in batches to the same slurmrestd. A portal
+job counts as known in Slurm when its row has its `slurm_job_id`. So that the portal's jobs never run, the
+project's Slurm account gets a GPU-minute limit of 0 (they wait with reason AssocGrpGRESMinutes, as over-quota
+jobs do); every job is cancelled at the end.
+Usage: python bench/job_submission.py [--jobs N] [--clients C] [--batch-size B] [--worker-concurrency W] [--port P]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -174,6 +176,73 @@ def post_jobs(portal: stack.Portal, world: stack.World, *, count: int, clients: 
     return posted
 
 
+def post_batches(portal: stack.Portal, world: stack.World, *, count: int, clients: int, batch_size: int) -> Posted:
+    """POST `count` jobs as `POST /api/v1/jobs/batch/` of `batch_size` jobs from `clients` concurrent keep-alive
+    HTTP clients; `latencies` are per batch."""
+    numbers = iter(range(1, count + 1, batch_size))
+    lock = threading.Lock()
+    posted = Posted()
+
+    def client_loop() -> None:
+        headers = {"Authorization": f"Bearer {world.token}"}
+        with httpx.Client(base_url=portal.base_url, headers=headers, timeout=60) as http:
+            while True:
+                with lock:
+                    first = next(numbers, None)
+                if first is None:
+                    return
+                jobs = [job_body(world, number) for number in range(first, min(first + batch_size, count + 1))]
+                started = time.perf_counter()
+                response = http.post("/api/v1/jobs/batch/", json={"jobs": jobs})
+                elapsed = time.perf_counter() - started
+                with lock:
+                    if response.status_code == 202:
+                        posted.ids += [job["id"] for job in response.json()["jobs"]]
+                        posted.latencies.append(elapsed)
+                    else:
+                        code = response.json().get("code", "") if response.content else ""
+                        posted.failures[f"HTTP {response.status_code} {code}".strip()] += len(jobs)
+
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        for future in [pool.submit(client_loop) for _ in range(clients)]:
+            future.result()
+    return posted
+
+
+@dataclass
+class Measured:
+    """One way of submitting, measured from the first POST to the last Slurm job id recorded."""
+
+    posted: Posted
+    api_seconds: float
+    rate: float  # accepted -> in Slurm, jobs/s
+    to_slurm: list[float]  # Job.created_at -> Job.submitted_at, seconds
+    stuck: int
+    rejected: int
+    cpu: stack.CpuMeter
+
+
+def measure(portal: stack.Portal, post: Callable[[], Posted]) -> Measured:
+    started_at = timezone.now()
+    started = time.perf_counter()
+    with stack.CpuMeter(portal) as cpu:
+        posted = post()
+        api_seconds = time.perf_counter() - started
+        jobs = wait_until_known(posted.ids, stall_seconds=STALL_SECONDS)
+    rejected = sum(job.state == JobState.REJECTED for job in jobs)
+    known = [job for job in jobs if job.submitted_at is not None]
+    last_known = max(job.submitted_at for job in known if job.submitted_at)
+    return Measured(
+        posted=posted,
+        api_seconds=api_seconds,
+        rate=len(known) / seconds_between(started_at, last_known),
+        to_slurm=[seconds_between(job.created_at, job.submitted_at) for job in known if job.submitted_at],
+        stuck=len(jobs) - len(known) - rejected,
+        rejected=rejected,
+        cpu=cpu,
+    )
+
+
 def wait_until_known(ids: list[str], *, stall_seconds: float) -> list[Job]:
     """Wait until every job has its Slurm job id (or was rejected), or until none has got one for
     `stall_seconds` (a delivery task that died leaves its job queued until the sweep); the jobs as stored then."""
@@ -207,6 +276,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=200, help="jobs per side")
     parser.add_argument("--clients", type=int, default=4, help="concurrent HTTP clients against the portal")
+    parser.add_argument("--batch-size", type=int, default=25, help="jobs per POST /api/v1/jobs/batch/")
     parser.add_argument("--worker-concurrency", type=int, default=2, help="Celery worker processes")
     parser.add_argument("--port", type=int, default=8100)
     args = parser.parse_args()
@@ -237,19 +307,13 @@ def main() -> None:
             drain_rate = (len(backlog) - 1) / seconds_between(min(backlog), max(backlog))
             warm_up = post_jobs(portal, world, count=args.clients, clients=args.clients)
             wait_until_known(warm_up.ids, stall_seconds=STALL_SECONDS)
-            started_at = timezone.now()
-            started = time.perf_counter()
-            with stack.CpuMeter(portal) as cpu:
-                posted = post_jobs(portal, world, count=args.jobs, clients=args.clients)
-                api_seconds = time.perf_counter() - started
-                jobs = wait_until_known(posted.ids, stall_seconds=STALL_SECONDS)
+            single = measure(portal, lambda: post_jobs(portal, world, count=args.jobs, clients=args.clients))
+            time.sleep(3)  # the worker's run that drained the last jobs lets its wake lapse
+            batched = measure(
+                portal,
+                lambda: post_batches(portal, world, count=args.jobs, clients=args.clients, batch_size=args.batch_size),
+            )
             deadlocks = portal.log_count("deadlock detected")
-        rejected = sum(job.state == JobState.REJECTED for job in jobs)
-        known = [job for job in jobs if job.submitted_at is not None]
-        stuck = len(jobs) - len(known) - rejected
-        last_known = max(job.submitted_at for job in known if job.submitted_at)
-        portal_rate = len(known) / seconds_between(started_at, last_known)
-        to_slurm = [seconds_between(job.created_at, job.submitted_at) for job in known if job.submitted_at]
     finally:
         portal.stop()
         cancelled, cancel_seconds = stack.slurm_jobs_cancel(slurm, account=account)
@@ -260,21 +324,28 @@ def main() -> None:
         f"portal: {args.clients} HTTP clients -> {portal.topology.describe()} -> Redis -> Celery worker "
         f"({args.worker_concurrency} processes) -> slurmrestd; bare: 1 sequential keep-alive client, held jobs"
     )
-    print(f"{'':34}{'jobs/s':>8}{'p50 ms':>9}{'p95 ms':>9}")
+    print(f"{'':40}{'jobs/s':>8}{'p50 ms':>9}{'p95 ms':>9}")
     rows = (
         ("bare SlurmClient.submit_job", bare_rate, bare_latencies),
-        ("portal, accepted -> in Slurm", portal_rate, to_slurm),
-        ("portal, POST /api/v1/jobs/ only", len(posted.ids) / api_seconds, posted.latencies),
+        ("portal, POST /jobs/: accepted -> in Slurm", single.rate, single.to_slurm),
+        ("portal, POST /api/v1/jobs/ only", len(single.posted.ids) / single.api_seconds, single.posted.latencies),
+        (f"portal, batch/{args.batch_size}: accepted -> Slurm", batched.rate, batched.to_slurm),
+        (
+            f"portal, POST /jobs/batch/ only (per {args.batch_size})",
+            len(batched.posted.ids) / batched.api_seconds,
+            batched.posted.latencies,
+        ),
     )
     for label, rate, latencies in rows:
         p50, p95 = stack.percentile(latencies, 0.50) * 1000, stack.percentile(latencies, 0.95) * 1000
-        print(f"{label:34}{rate:8.1f}{p50:9.1f}{p95:9.1f}")
+        print(f"{label:40}{rate:8.1f}{p50:9.1f}{p95:9.1f}")
     print(
-        f"ratio portal/bare: {portal_rate / bare_rate:.3f}  (portal rate: {len(known)} jobs from the first POST sent "
+        f"ratio portal/bare: POST /api/v1/jobs/ {single.rate / bare_rate:.3f}; POST /api/v1/jobs/batch/ "
+        f"({args.batch_size} jobs each) {batched.rate / bare_rate:.3f}  (portal rate: jobs from the first POST sent "
         "to the last Slurm job id recorded; latencies: per submit call / Job.created_at -> Job.submitted_at / per POST)"
     )
     print(
-        f"{'portal, worker delivery alone':34}{drain_rate:8.1f}   ({len(backlog)} queued jobs drained by the worker, "
+        f"{'portal, worker delivery alone':40}{drain_rate:8.1f}   ({len(backlog)} queued jobs drained by the worker, "
         "first to last Slurm job id)"
     )
     print(
@@ -282,14 +353,17 @@ def main() -> None:
         f"{delivery_query_count}, per delivered job of a batch of {QUERIED_BATCH} (jobs_deliver_queued) "
         f"{batch_query_count}; {cancelled} Slurm jobs cancelled in {cancel_seconds:.1f}s"
     )
-    print(f"CPU from the first POST to the last Slurm job id ({cpu.seconds:.1f} s, {os.cpu_count()} cores):")
-    print(cpu.table(per=len(posted.ids) or 1, unit="job"))
-    failed = ", ".join(f"{count} x {what}" for what, count in posted.failures.items()) or "none"
-    print(
-        f"failures: POSTs not accepted: {failed}; accepted but never in Slurm: {stuck} "
-        f"(no progress for {STALL_SECONDS} s), rejected: {rejected}; 'deadlock detected' in the logs: "
-        + ", ".join(f"{name} {count}" for name, count in deadlocks.items())
-    )
+    for label, measured in (("POST /api/v1/jobs/", single), ("POST /api/v1/jobs/batch/", batched)):
+        print(
+            f"CPU with {label}, first POST to last Slurm job id ({measured.cpu.seconds:.1f} s, {os.cpu_count()} cores):"
+        )
+        print(measured.cpu.table(per=len(measured.posted.ids) or 1, unit="job"))
+        failed = ", ".join(f"{count} x {what}" for what, count in measured.posted.failures.items()) or "none"
+        print(
+            f"failures ({label}): jobs not accepted: {failed}; accepted but never in Slurm: {measured.stuck} "
+            f"(no progress for {STALL_SECONDS} s), rejected: {measured.rejected}"
+        )
+    print("'deadlock detected' in the logs: " + ", ".join(f"{name} {count}" for name, count in deadlocks.items()))
     if note := stack.disturbance_note(slurmrestd_pid):
         print(note)
 

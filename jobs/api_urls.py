@@ -9,6 +9,7 @@ from jobs.history_apis import ArchivedTransitionsExportApi
 from jobs.job_apis import (
     JobArrayTaskCancelApi,
     JobArrayTaskListApi,
+    JobBatchApi,
     JobCancelApi,
     JobDetailApi,
     JobListApi,
@@ -21,6 +22,7 @@ from jobs.log_apis import JobLogDownloadApi
 
 urlpatterns: list[URLPattern] = [
     path("jobs/", JobListApi.as_view(), name="api-jobs"),
+    path("jobs/batch/", JobBatchApi.as_view(), name="api-jobs-batch"),
     path("jobs/<uuid:job_id>/", JobDetailApi.as_view(), name="api-job"),
     path("jobs/<uuid:job_id>/cancel/", JobCancelApi.as_view(), name="api-job-cancel"),
     path("jobs/<uuid:job_id>/rerun/", JobRerunApi.as_view(), name="api-job-rerun"),

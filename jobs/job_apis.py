@@ -288,21 +288,6 @@ class JobSubmitOutput(JobDetailOutput):
     def get_reruns(self, job: Job) -> list[str]:
         return []  # just accepted: nothing runs it again yet (and the reply reads nothing back)
 
-    def _pipeline(self, job: Job) -> Pipeline:
-        parents: list[tuple[Job, str]] | None = self.context.get("parents")
-        if parents is None:  # the job an earlier request with the same key created: read back
-            return super()._pipeline(job)
-        edges = [
-            Edge(
-                job=parent,
-                condition=condition,
-                words=condition_words(condition, array=parent.is_array),
-                outcome="waiting",
-            )
-            for parent, condition in parents
-        ]
-        return Pipeline(parents=edges, children=[], never="")
-
     @extend_schema_field(JobTransitionOutput(many=True))
     def get_transitions(self, job: Job) -> list[dict[str, Any]]:
         return list(JobTransitionOutput(self.context["transitions"], many=True).data)
@@ -319,6 +304,119 @@ class DependencyInput(BodyInput):
             "task), afterany (after it ends, however it ends) or afternotok (after it fails)."
         },
     )
+
+
+# The submit replies as plain dicts: what JobSubmitOutput and JobOutput render for a job just stored, without a
+# serializer's per-request copy of its fields (a fifth of a submission's CPU). A test holds them equal.
+_DATETIME = serializers.DateTimeField()
+
+
+def _datetime(value: Any) -> str | None:
+    return _DATETIME.to_representation(value) if value else None
+
+
+def _accepted_job_data(job: Job) -> dict[str, Any]:
+    """JobOutput's rendering of a job just accepted (its project, tenant, cluster and user in hand)."""
+    job_path = reverse("api-job", args=[job.pk])
+    links = {
+        "self": job_path,
+        "cancel": f"{job_path}cancel/",
+        "rerun": f"{job_path}rerun/",
+        "watch": f"{job_path}watch/",
+        "log": f"/api/v1/jobs/{job.pk}/log/",
+        "log_socket": f"/ws/jobs/{job.pk}/log/",
+        "state_socket": f"/ws/jobs/{job.pk}/",
+    }
+    if job.is_array:
+        links["tasks"] = f"{job_path}tasks/"
+    return {
+        "id": str(job.pk),
+        "project": f"{job.project.tenant.slug}/{job.project.slug}",
+        "cluster": job.cluster.name,
+        "name": job.name,
+        "user": job.user.username if job.user else None,
+        "cluster_username": job.cluster_username,
+        "is_external": job.is_external,
+        "state": str(job.state),
+        "slurm_state": job.slurm_state,
+        "state_reason": job.state_reason,
+        "pending_reason": pending_reason_text(job.state_reason) if job.state == JobState.PENDING else "",
+        "expected_start_at": _datetime(job.expected_start_at),
+        "last_error": job.last_error,
+        "cancel_requested": job.cancel_requested_at is not None,
+        "slurm_job_id": job.slurm_job_id,
+        "partition": job.partition,
+        "gpu_type": job.gpu_type,
+        "gpus": job.gpus,
+        "node_count": job.node_count,
+        "total_gpus": job.total_gpus,
+        "max_switches": job.max_switches,
+        "switch_wait_minutes": job.switch_wait_minutes,
+        "cpus": job.cpus,
+        "memory_gb": job.memory_gb,
+        "time_limit_minutes": job.time_limit_minutes,
+        "nodes": job.nodes,
+        "switches": [str(switch) for switch in job.switches],
+        "exit_code": job.exit_code,
+        "submit_attempts": job.submit_attempts,
+        "created_at": _datetime(job.created_at),
+        "submitted_at": _datetime(job.submitted_at),
+        "started_at": _datetime(job.started_at),
+        "ended_at": _datetime(job.ended_at),
+        "updated_at": _datetime(job.updated_at),
+        "gpu_idle": False,  # just accepted: nothing measured yet
+        "rerun_of": str(job.rerun_of_id) if job.rerun_of_id else None,
+        "array": job.array,
+        "array_tasks": job.array_task_count,
+        "array_max_running": job.array_max_running,
+        "array_progress": (
+            {key: int(job.array_progress.get(key, 0)) for key in PROGRESS_KEYS} if job.is_array else None
+        ),
+        "links": links,
+    }
+
+
+def _accepted_submit_data(
+    job: Job, *, transitions: list[JobTransition], estimate: dict[str, Any] | None, parents: list[tuple[Job, str]]
+) -> dict[str, Any]:
+    """JobSubmitOutput's rendering of a job just accepted, with the transitions stored with it."""
+    return {
+        **_accepted_job_data(job),
+        "script": job.script,
+        "environment": {str(key): str(value) for key, value in job.environment.items()},
+        "template": job.template_id,
+        "working_directory": job.working_directory,
+        "stdout_path": job.stdout_path,
+        "stderr_path": job.stderr_path,
+        "transitions": [
+            {
+                "from_state": transition.from_state,
+                "to_state": str(transition.to_state),
+                "at": _datetime(transition.at),
+                "detail": transition.detail,
+            }
+            for transition in transitions
+        ],
+        "gpu_indices": {str(node): [int(index) for index in indexes] for node, indexes in job.gpu_indices.items()},
+        "efficiency": None,
+        "gpus_used": [],
+        "reruns": [],
+        # The jobs it waits for, none of which has met its condition yet as far as this request knows.
+        "depends_on": _edges(
+            [
+                Edge(
+                    job=parent,
+                    condition=condition,
+                    words=condition_words(condition, array=parent.is_array),
+                    outcome="waiting",
+                )
+                for parent, condition in parents
+            ]
+        ),
+        "dependents": [],
+        "never_runs": "",
+        "estimate": estimate,
+    }
 
 
 class JobSubmitInput(BodyInput):
@@ -471,21 +569,91 @@ def _idempotency_key(request: Request) -> str:
 
 def _accepted_reply(accepted: job_services.Accepted) -> Response:
     """202 with the new job and its estimate; 200 with the job an earlier request with the same key created."""
-    transitions: list[JobTransition | JobTransitionArchive]
     if accepted.created:
-        job, transitions = accepted.job, [*accepted.transitions]
+        job = accepted.job
         # Billing depends on jobs, so its estimate is found by name rather than imported.
         estimator = settings.JOB_ESTIMATE_FUNCTION
         estimate = import_string(estimator)(accepted) if estimator else None
+        reply = _accepted_submit_data(
+            job, transitions=accepted.transitions, estimate=estimate, parents=accepted.parents
+        )
     else:
         job = job_detail_load(job_id=accepted.job.pk)  # access was checked on the project or job
-        transitions, estimate = job.timeline, None
-    context = {"estimate": estimate, "transitions": transitions}
-    if accepted.created:
-        context["parents"] = accepted.parents
-    reply = JobSubmitOutput(job, context=context).data
+        transitions: list[JobTransition | JobTransitionArchive] = job.timeline
+        reply = JobSubmitOutput(job, context={"estimate": None, "transitions": transitions}).data
     code = status.HTTP_202_ACCEPTED if accepted.created else status.HTTP_200_OK
     return Response(reply, status=code, headers={"Location": reverse("api-job", args=[job.pk])})
+
+
+class JobBatchSubmitInput(BodyInput):
+    jobs = serializers.ListField(
+        child=JobSubmitInput(),
+        min_length=1,
+        max_length=job_services.BATCH_MAX_JOBS,
+        error_messages={
+            "min_length": "Send at least one job.",
+            "max_length": "A batch carries at most {max_length} jobs; send the others in further batches.",
+        },
+        help_text=f"1 to {job_services.BATCH_MAX_JOBS} jobs, each as POST /api/v1/jobs/ takes it, all for the same "
+        "project and cluster",
+    )
+
+
+class JobBatchSubmitOutput(serializers.Serializer[Any]):
+    jobs = JobOutput(many=True, help_text="The jobs, in the order sent")
+
+
+def _batch_job_request(item: dict[str, Any]) -> JobRequest:
+    depends_on = tuple(
+        DependencyRequest(job=each["job"], condition=each["condition"]) for each in item.pop("depends_on", [])
+    )
+    return JobRequest(**{name: value for name, value in item.items() if name != "project"}, depends_on=depends_on)
+
+
+class JobBatchApi(APIView):
+    @extend_schema(
+        operation_id="jobs_batch_create",
+        summary="Submit many jobs at once, all or none (a sweep): answers 202 with every job `queued`; one "
+        "problem anywhere refuses the whole batch, each named by `jobs.<index>.<field>`",
+        request=JobBatchSubmitInput,
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={202: JobBatchSubmitOutput, 200: JobBatchSubmitOutput, **ERRORS_WITH_CONFLICT},
+    )
+    def post(self, request: Request) -> Response:
+        """As POST /api/v1/jobs/ for each job, in a constant few queries whatever their number (a test holds it):
+        the project, roles and cluster read once, each table written with one insert, the GPU-hours reserved at
+        once (a refusal says how many of the jobs fit)."""
+        serializer = JobBatchSubmitInput(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        items = [dict(item) for item in serializer.validated_data["jobs"]]
+        key = _idempotency_key(request)
+        label, cluster_name = items[0]["project"], items[0]["cluster"]
+        problems: dict[str, list[str]] = {}
+        for index, item in enumerate(items):
+            for name, first in (("project", label), ("cluster", cluster_name)):
+                if item[name] != first:
+                    problems[f"jobs.{index}.{name}"] = [
+                        f"A batch goes to one project and cluster: the first job names {name} '{first}'; "
+                        "send this one in another batch."
+                    ]
+        if problems:
+            raise serializers.ValidationError(problems)
+        project, target = submission_project_get(user=request.user, label=label, cluster_name=cluster_name)
+        accepted = job_services.job_submit_batch(
+            user=request.user,  # type: ignore[arg-type]
+            project=project,
+            requests=[_batch_job_request(item) for item in items],
+            target=target,
+            idempotency_key=key,
+        )
+        if accepted.created:
+            return Response(
+                {"jobs": [_accepted_job_data(job) for job in accepted.jobs]}, status=status.HTTP_202_ACCEPTED
+            )
+        # A retry: the jobs the first request created, as a read of them says now.
+        ids = [job.pk for job in accepted.jobs]
+        earlier = {job.pk: job for job in job_list_for_user(user=request.user).filter(pk__in=ids)}
+        return Response({"jobs": JobOutput([earlier[pk] for pk in ids if pk in earlier], many=True).data})
 
 
 class JobDetailApi(APIView):

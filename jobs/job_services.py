@@ -5,6 +5,7 @@ Nothing here calls Slurm: accepted work is handed to the workers with `transacti
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import uuid
@@ -34,9 +35,9 @@ from portal.channel_sends import group_send_all
 from portal.errors import Conflict
 from portal.queue import task_enqueue_on_commit
 from portal.request_ids import current_request_id
-from quotas.services import Reservation, quota_release, quota_reserve
+from quotas.services import Reservation, quota_release, quota_reserve, quota_reserve_batch
 from tenants.models import Project
-from tenants.services import audit_record
+from tenants.services import audit_record, audit_record_many
 
 logger = logging.getLogger(__name__)
 
@@ -256,7 +257,174 @@ def _earlier(*, user: User, idempotency_key: str) -> Job | None:
     return Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
 
 
-def _job_create(
+# Batches -----------------------------------------------------------------------------------------------
+
+# The most jobs one `POST /api/v1/jobs/batch/` may carry: its jobs are validated, stored and reserved in one
+# transaction, and a reply of 1,000 jobs is about 1 MB.
+BATCH_MAX_JOBS = 1000
+
+
+@dataclass(frozen=True)
+class BatchAccepted:
+    """A batch's outcome: its jobs in the order submitted, and whether this request created them (False: a retry
+    with the same key got the jobs the first request created)."""
+
+    jobs: list[Job]
+    created: bool
+
+
+def job_submit_batch(
+    *,
+    user: User,
+    project: Project,
+    requests: list[JobRequest],
+    target: SubmissionTarget | None,
+    idempotency_key: str = "",
+) -> BatchAccepted:
+    """Accept many jobs for one project and one cluster, all or none: each is validated as `job_submit_accepted`
+    validates one, and every problem is reported under `jobs.<index>.<field>`; their GPU-hours are reserved
+    together (`quota_reserve_batch`); they are stored with one insert per table and handed to the workers'
+    batched delivery with at most one message. The queries are a constant few, whatever the number of jobs.
+
+    The caller has checked that `user` may submit to `project` and passes the cluster as it read it (`target`,
+    the cluster every request names). A repeated `idempotency_key` from the same user returns the batch the
+    first request created."""
+    keys = _batch_idempotency_keys(idempotency_key, len(requests))
+    templates: dict[str, Any] = {}
+    problems: dict[str, list[str]] = {}
+    unknown_cluster: dict[str, list[str]] = {}
+    all_values: list[dict[str, Any]] = []
+    for index, request in enumerate(requests):
+        try:
+            values = _with_template_defaults(project=project, request=request, templates=templates)
+        except ValidationError as exc:
+            for name, messages in exc.message_dict.items():
+                problems[f"jobs.{index}.{name}"] = messages
+            continue
+        if target is None:
+            # The same unknown cluster for every job: said for each, the list of clusters read once.
+            unknown_cluster = unknown_cluster or _validated(target=None, values=values)
+            item_problems = unknown_cluster
+        else:
+            item_problems = _validated(target=target, values=values)
+        for name, messages in item_problems.items():
+            problems[f"jobs.{index}.{name}"] = messages
+        if request.depends_on:
+            problems[f"jobs.{index}.depends_on"] = [
+                "A batch does not carry pipeline steps: submit a job that waits for other jobs on its own, with "
+                "POST /api/v1/jobs/."
+            ]
+        all_values.append(values)
+    if problems:
+        earlier = _earlier_batch(user=user, keys=keys)
+        if earlier:  # a retry of a batch that was accepted, whatever has changed since
+            return BatchAccepted(jobs=earlier, created=False)
+        metrics.job_refused(cluster=target.cluster.name if target else "", reason="invalid")
+        raise ValidationError(problems)
+    assert target is not None
+    cluster = target.cluster
+    now = timezone.now()
+    jobs = []
+    for values, key in zip(all_values, keys, strict=True):
+        job_id = uuid.uuid4()
+        paths = job_paths(
+            log_root=cluster.log_root,
+            tenant_slug=project.tenant.slug,
+            project_slug=project.slug,
+            job_id=job_id,
+            is_array=values["array_spec"] is not None,
+        )
+        jobs.append(
+            _job_new(
+                job_id=job_id,
+                user=user,
+                project=project,
+                cluster=cluster,
+                username=target.username or "",
+                values=values,
+                paths=paths,
+                now=now,
+                idempotency_key=key,
+            )
+        )
+    try:
+        with transaction.atomic():
+            _jobs_create(jobs=jobs, all_values=all_values, user=user, project=project, cluster=cluster, now=now)
+    except IntegrityError:
+        earlier = _earlier_batch(user=user, keys=keys)
+        if not earlier:
+            raise
+        return BatchAccepted(jobs=earlier, created=False)
+    except Conflict as exc:  # no GPU-hours for them: quota_exceeded, no_allocation
+        metrics.job_refused(cluster=cluster.name, reason=exc.code)
+        raise
+    metrics.job_accepted(cluster=cluster.name, count=len(jobs))
+    logger.info(
+        "job batch accepted",
+        extra={
+            "request_id": current_request_id(),
+            "cluster": cluster.name,
+            "project": str(project),
+            "user": user.username,
+            "jobs": len(jobs),
+            "first_job_id": str(jobs[0].pk),
+        },
+    )
+    return BatchAccepted(jobs=jobs, created=True)
+
+
+def _jobs_create(
+    *, jobs: list[Job], all_values: list[dict[str, Any]], user: User, project: Project, cluster: Cluster, now: datetime
+) -> None:
+    """Store a batch's jobs, their array tasks, first transitions, audit events and reservations: one insert per
+    table (array tasks 5,000 rows per insert), whatever the number of jobs."""
+    Job.objects.bulk_create(jobs)
+    tasks = []
+    for job, values in zip(jobs, all_values, strict=True):
+        spec: ArraySpec | None = values["array_spec"]
+        if spec is not None:
+            tasks += [JobArrayTask(job=job, index=index, updated_at=now) for index in spec.indexes]
+            job.array_indexes = list(spec.indexes)  # type: ignore[attr-defined]  # the reservation's tasks, unread
+    if tasks:
+        JobArrayTask.objects.bulk_create(tasks, batch_size=5000)
+    JobTransition.objects.bulk_create(
+        [JobTransition(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted") for job in jobs]
+    )
+    audit_record_many(
+        actor=user,
+        action="job.submit",
+        targets=[(job, _submit_audit_after(job, cluster=cluster)) for job in jobs],
+        tenant=project.tenant,
+    )
+    # Last, as for one job: the allocations' row locks are held only until the commit that follows.
+    quota_reserve_batch(jobs=jobs, gpu_types=[values["quota_gpu_type"] for values in all_values], now=now)
+    # One message at most for the whole batch: the run that takes it delivers every due job of the cluster.
+    task_enqueue_on_commit(
+        "jobs.tasks.job_submit",
+        str(jobs[0].id),
+        fallback="the workers' sweep submits the jobs",
+        only_if=lambda: delivery_wake_needed(cluster.pk),
+    )
+
+
+def _batch_idempotency_keys(key: str, count: int) -> list[str]:
+    """Each job of a batch sent with `Idempotency-Key: key` stores its own key, derived from the batch's and its
+    place in it, so that the unique constraint on (user, key) makes a retry find the same batch; hashed to fit
+    the column whatever the key's length, and prefixed so that it never meets a single submission's key."""
+    if not key:
+        return [""] * count
+    digest = hashlib.sha256(key.encode()).hexdigest()[:40]
+    return [f"batch:{digest}:{index}" for index in range(count)]
+
+
+def _earlier_batch(*, user: User, keys: list[str]) -> list[Job]:
+    if not keys or not keys[0]:
+        return []
+    found = {job.idempotency_key: job for job in Job.objects.filter(user=user, idempotency_key__in=keys)}
+    return [found[key] for key in keys if key in found]
+
+
+def _job_new(
     *,
     job_id: uuid.UUID,
     user: User,
@@ -268,10 +436,10 @@ def _job_create(
     now: datetime,
     idempotency_key: str,
     rerun_of: uuid.UUID | None = None,
-    parents: list[tuple[Job, str]] | None = None,
-) -> Accepted:
+) -> Job:
+    """The job a validated submission stores (not saved yet)."""
     spec: ArraySpec | None = values["array_spec"]
-    job = Job(
+    return Job(
         id=job_id,
         project=project,
         cluster=cluster,
@@ -305,6 +473,35 @@ def _job_create(
         updated_at=now,
         next_attempt_at=now,
     )
+
+
+def _job_create(
+    *,
+    job_id: uuid.UUID,
+    user: User,
+    project: Project,
+    cluster: Cluster,
+    username: str,
+    values: dict[str, Any],
+    paths: JobPaths,
+    now: datetime,
+    idempotency_key: str,
+    rerun_of: uuid.UUID | None = None,
+    parents: list[tuple[Job, str]] | None = None,
+) -> Accepted:
+    spec: ArraySpec | None = values["array_spec"]
+    job = _job_new(
+        job_id=job_id,
+        user=user,
+        project=project,
+        cluster=cluster,
+        username=username,
+        values=values,
+        paths=paths,
+        now=now,
+        idempotency_key=idempotency_key,
+        rerun_of=rerun_of,
+    )
     job.save(force_insert=True)
     if spec is not None:
         JobArrayTask.objects.bulk_create(
@@ -320,19 +517,7 @@ def _job_create(
         target=job,
         tenant=project.tenant,
         before=None,
-        after={
-            "cluster": cluster.name,
-            "partition": job.partition,
-            "gpus": job.gpus,
-            "gpu_type": job.gpu_type,
-            **({"nodes": job.node_count} if job.node_count > 1 else {}),
-            **({"array": job.array} if job.array else {}),
-            **(
-                {"depends_on": [{"job": str(parent.pk), "condition": condition} for parent, condition in parents]}
-                if parents
-                else {}
-            ),
-        },
+        after=_submit_audit_after(job, cluster=cluster, parents=parents),
     )
     # Last, so that the allocation's row lock is held only until the commit that follows. Refused for want of
     # GPU-hours, this raises and the transaction stores nothing.
@@ -356,7 +541,27 @@ def _job_create(
     )
 
 
-def _with_template_defaults(*, project: Project, request: JobRequest) -> dict[str, Any]:
+def _submit_audit_after(job: Job, *, cluster: Cluster, parents: list[tuple[Job, str]] | None = None) -> dict[str, Any]:
+    return {
+        "cluster": cluster.name,
+        "partition": job.partition,
+        "gpus": job.gpus,
+        "gpu_type": job.gpu_type,
+        **({"nodes": job.node_count} if job.node_count > 1 else {}),
+        **({"array": job.array} if job.array else {}),
+        **(
+            {"depends_on": [{"job": str(parent.pk), "condition": condition} for parent, condition in parents]}
+            if parents
+            else {}
+        ),
+    }
+
+
+def _with_template_defaults(
+    *, project: Project, request: JobRequest, templates: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The request's values with its template's filling what it leaves out; `templates` (id -> template or None)
+    spares a batch a lookup per job of the templates it has met."""
     given = {
         "cluster": request.cluster,
         "partition": request.partition,
@@ -376,7 +581,12 @@ def _with_template_defaults(*, project: Project, request: JobRequest) -> dict[st
     }
     if not request.template:
         return given
-    template = job_template_resolve(project=project, template_id=request.template)
+    if templates is None:
+        template = job_template_resolve(project=project, template_id=request.template)
+    else:
+        if request.template not in templates:
+            templates[request.template] = job_template_resolve(project=project, template_id=request.template)
+        template = templates[request.template]
     if template is None:
         raise ValidationError(
             {

@@ -120,9 +120,9 @@ def metrics_enabled() -> bool:
     return bool(settings.PORTAL_METRICS)
 
 
-def job_accepted(*, cluster: str) -> None:
+def job_accepted(*, cluster: str, count: int = 1) -> None:
     if metrics_enabled():
-        JOBS_ACCEPTED.labels(cluster).inc()
+        JOBS_ACCEPTED.labels(cluster).inc(count)
 
 
 def job_refused(*, cluster: str, reason: str) -> None:

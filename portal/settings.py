@@ -146,7 +146,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+# portal/cache.py: Django's Redis cache without a new redis-py client for every operation.
+CACHES = {"default": {"BACKEND": "portal.cache.SharedClientRedisCache", "LOCATION": REDIS_URL}}
 
 # channels_redis blocks up to 5 s reading a group's messages; redis-py's default socket timeout is also 5 s,
 # so on a busy machine the read times out and kills the consumer. A longer socket timeout keeps them apart.

@@ -348,6 +348,97 @@ def _reserve_if_it_fits(*, job: Job, gpu_type: str | None, needed: int, now: dat
     return allocation
 
 
+def quota_reserve_batch(*, jobs: list[Job], gpu_types: list[str | None], now: datetime) -> list[Reservation | None]:
+    """Reserve the GPU-hours of a batch of jobs of one project on one cluster at once, all or none: each job on
+    the allocation `quota_reserve` would choose for it (`gpu_types`, in the jobs' order), every allocation
+    locked once, the ledger written in one insert. A refusal raises naming how many of the batch's jobs, in
+    order, would fit, and nothing is reserved. Queries: a constant few, whatever the batch's size (one update
+    per allocation drawn on). Call inside the transaction that stores the jobs."""
+    reservations: list[Reservation | None] = [None] * len(jobs)
+    needing = [(index, job_gpu_seconds_needed(job)) for index, job in enumerate(jobs)]
+    needing = [(index, needed) for index, needed in needing if needed]
+    if not needing:
+        return reservations
+    project, cluster = jobs[0].project, jobs[0].cluster
+    candidates = allocations_current(project_id=project.pk, cluster_id=cluster.pk, now=now)
+    chosen: dict[int, Allocation] = {}  # job index -> allocation
+    for index, _ in needing:
+        allocation = allocation_for(candidates=candidates, gpu_type=gpu_types[index])
+        if allocation is None:
+            metrics.quota_refused(cluster=cluster.name, reason="no_allocation")
+            message = _no_allocation_message(
+                project=project, cluster=cluster, gpu_type=gpu_types[index], found=candidates
+            )
+            raise NoAllocation(f"Job {index} of the batch: {message} Nothing in the batch was accepted.")
+        chosen[index] = allocation
+    locked = {
+        allocation.pk: allocation
+        for allocation in Allocation.objects.select_for_update(of=("self",), no_key=True)
+        .filter(pk__in={allocation.pk for allocation in chosen.values()})
+        .order_by("pk")  # one order everywhere: no deadlocks
+    }
+    wanted: dict[int, int] = {}
+    for index, needed in needing:
+        wanted[chosen[index].pk] = wanted.get(chosen[index].pk, 0) + needed
+    for allocation_id, total in wanted.items():
+        allocation = locked[allocation_id]
+        if total > allocation.remaining_gpu_seconds:
+            metrics.quota_refused(cluster=cluster.name, reason="quota_exceeded")
+            raise QuotaExceeded(_batch_exceeded_message(jobs=jobs, needing=needing, chosen=chosen, locked=locked))
+    entries = []
+    for index, needed in needing:
+        job, allocation = jobs[index], locked[chosen[index].pk]
+        tasks = _array_tasks(job)
+        entries += [
+            LedgerEntry(
+                allocation=allocation,
+                project_id=allocation.project_id,
+                cluster_id=allocation.cluster_id,
+                kind=LedgerKind.RESERVE,
+                gpu_seconds=needed // len(tasks),
+                job=job,
+                array_task=task,
+                note="accepted",
+                created_at=now,
+            )
+            for task in tasks
+        ]
+        reservations[index] = Reservation(allocation=allocation, gpu_seconds=needed)
+    ledger_add_many(entries)
+    for allocation_id, total in wanted.items():
+        allocation = locked[allocation_id]
+        Allocation.objects.filter(pk=allocation_id).update(reserved_gpu_seconds=F("reserved_gpu_seconds") + total)
+        used = allocation.charged_gpu_seconds + allocation.reserved_gpu_seconds
+        allocation.reserved_gpu_seconds += total
+        if crosses_alert_threshold(granted=allocation.granted_gpu_seconds, used_before=used, used_after=used + total):
+            _schedule_alerts(allocation_id)
+        metrics.quota_reserved(cluster=cluster.name, gpu_seconds=total)
+    return reservations
+
+
+def _batch_exceeded_message(
+    *, jobs: list[Job], needing: list[tuple[int, int]], chosen: dict[int, Allocation], locked: dict[int, Allocation]
+) -> str:
+    """Which allocation the batch overdraws, and how many of its jobs, taken in order, would fit."""
+    left = {pk: max(allocation.remaining_gpu_seconds, 0) for pk, allocation in locked.items()}
+    fitting, total = 0, sum(needed for _, needed in needing)
+    for index, needed in needing:
+        allocation_id = chosen[index].pk
+        if needed > left[allocation_id]:
+            break
+        left[allocation_id] -= needed
+        fitting += 1
+    fitting += sum(1 for job in jobs if not job_gpu_seconds_needed(job)) if fitting == len(needing) else 0
+    project, cluster = jobs[0].project, jobs[0].cluster
+    remaining = sum(max(allocation.remaining_gpu_seconds, 0) for allocation in locked.values())
+    return (
+        f"This batch of {len(jobs)} jobs needs {format_gpu_hours(total)} GPU-hours; {project.slug} has "
+        f"{format_gpu_hours(remaining)} GPU-hours left on cluster {cluster.name}, enough for the first {fitting} "
+        f"of its jobs. Nothing in the batch was accepted: send at most {fitting} of them, shorten their time "
+        f"limits, or request more at {allocation_requests_path(next(iter(locked.values())))}."
+    )
+
+
 def quota_refusal(*, job: Job, gpu_type: str | None, candidates: list[Allocation]) -> Conflict | None:
     """What `quota_reserve` would refuse `job` with, given the project's allocations open today on its cluster
     (`allocations_current`), or None when it fits: how an estimate says the same words as a submission."""

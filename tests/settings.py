@@ -37,9 +37,7 @@ CHANNEL_LAYERS = {
         "CONFIG": {"hosts": [channel_layer_host(f"{_REDIS_BASE}/{_CHANNELS_DB}")]},
     }
 }
-CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": f"{_REDIS_BASE}/{_CACHE_DB}"}
-}
+CACHES = {"default": {"BACKEND": "portal.cache.SharedClientRedisCache", "LOCATION": f"{_REDIS_BASE}/{_CACHE_DB}"}}
 
 # Tests create many users; a fast hasher keeps fixtures cheap (never used outside tests).
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -276,6 +276,21 @@ def test_the_submit_reply_says_what_a_read_of_the_job_says(project: Project, clu
     assert estimate["allocation"]["remaining_after_gpu_hours"] == "998.00"
 
 
+def test_the_submit_reply_of_an_array_and_a_rerun_says_what_a_read_says(project: Project, cluster: Cluster) -> None:
+    """The reply is rendered without the serializer (jobs/job_apis.py): every field of an array and of a rerun."""
+    api = _api(_member(project, cluster))
+    first = _submit(api, project, partition="h100", array="0-3%2", environment={"B": "2"}, name="sweep").json()
+    first_read = api.get(f"/api/v1/jobs/{first['id']}/").json()  # before its rerun exists
+    rerun = api.post(f"/api/v1/jobs/{first['id']}/rerun/", {"name": "again"}, format="json").json()
+    rerun_read = api.get(f"/api/v1/jobs/{rerun['id']}/").json()
+
+    for reply, read in ((first, first_read), (rerun, rerun_read)):
+        reply.pop("estimate")
+        assert reply == read
+    assert (first["array_progress"]["pending"], rerun["rerun_of"]) == (4, first["id"])
+    assert first["links"]["tasks"] == f"/api/v1/jobs/{first['id']}/tasks/"
+
+
 def test_a_template_fills_what_the_submission_leaves_out(project: Project, cluster: Cluster) -> None:
     body = {"project": f"{project.tenant.slug}/{project.slug}", "cluster": "local", "template": "parameter-sweep"}
 

@@ -256,6 +256,18 @@ MATRIX: dict[str, dict[str, Case]] = {
             },
         ),
     },
+    # A batch is submitting many: those who may submit to the project, all or nothing.
+    "api/v1/jobs/batch/": {
+        "POST": Case(
+            only(202, SUBMITTERS),
+            body=lambda w: {
+                "jobs": [
+                    {"project": f"{TENANT_SLUG}/{PROJECT_SLUG}", "cluster": "matrixcluster", "script": "#!/bin/sh"}
+                ]
+                * 2
+            },
+        ),
+    },
     "api/v1/jobs/<uuid:job_id>/": {"GET": Case(only(200, PROJECT_VIEWERS))},
     # The job's owner is the member; managers and tenant admins cancel anyone's job.
     "api/v1/jobs/<uuid:job_id>/cancel/": {"POST": Case(only(202, ("member", *PROJECT_MANAGERS)))},

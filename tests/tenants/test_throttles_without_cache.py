@@ -19,9 +19,7 @@ from tests.factories import PASSWORD, make_user
 pytestmark = pytest.mark.django_db
 
 # Nothing listens on port 1: every cache call fails to connect, as during a Redis restart.
-UNREACHABLE_CACHE = {
-    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
-}
+UNREACHABLE_CACHE = {"default": {"BACKEND": "portal.cache.SharedClientRedisCache", "LOCATION": "redis://127.0.0.1:1/0"}}
 STRICT_RATES = {"login": "2/min", "token_guess": "2/min"}
 
 
