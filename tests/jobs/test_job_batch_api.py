@@ -147,6 +147,18 @@ def test_every_problem_of_every_job_is_named_by_its_index_and_nothing_is_stored(
     assert Allocation.objects.get(project=project).reserved_gpu_seconds == 0
 
 
+def test_a_pipeline_step_is_refused_in_a_batch_saying_where_to_send_it(project: Project, cluster: Cluster) -> None:
+    api = _bearer(_member(project, cluster))
+    first = _batch(api, [_job(project, 0)]).json()["jobs"][0]["id"]
+
+    response = _batch(api, [_job(project, 1), _job(project, 2, depends_on=[{"job": first, "condition": "afterok"}])])
+
+    assert response.status_code == 400
+    assert list(response.json()["fields"]) == ["jobs.1.depends_on"]
+    assert "POST /api/v1/jobs/" in response.json()["fields"]["jobs.1.depends_on"][0]
+    assert Job.objects.count() == 1
+
+
 def test_a_batch_goes_to_one_project_and_cluster(project: Project, cluster: Cluster) -> None:
     api = _bearer(_member(project, cluster))
     other = make_project(project.tenant)
