@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 
 from jobs import job_services
 from jobs.arrays import PROGRESS_KEYS
-from jobs.end_watches import job_end_watch_set
+from jobs.end_watches import job_end_watch_set, pipeline_end_watch_set
 from jobs.job_services import JobRequest
 from jobs.models import (
     DependencyCondition,
@@ -558,6 +558,31 @@ class JobWatchApi(APIView):
     def delete(self, request: Request, job_id: str) -> Response:
         job = job_get_for_user(user=request.user, job_id=job_id)
         watching = job_end_watch_set(user=request.user, job=job, watching=False)  # type: ignore[arg-type]
+        return Response(JobWatchOutput({"watching": watching}).data)
+
+
+class PipelineWatchApi(APIView):
+    @extend_schema(
+        operation_id="jobs_watch_pipeline",
+        summary="Be told when the whole pipeline this job is a step of ends (every job connected to it by "
+        "dependencies has ended or will never run), with each step's outcome and the total cost; anyone who may "
+        "see the job",
+        request=None,
+        responses={200: JobWatchOutput, **ERRORS_WITH_CONFLICT},
+    )
+    def post(self, request: Request, job_id: str) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        watching = pipeline_end_watch_set(user=request.user, job=job, watching=True)  # type: ignore[arg-type]
+        return Response(JobWatchOutput({"watching": watching}).data)
+
+    @extend_schema(
+        operation_id="jobs_unwatch_pipeline",
+        summary="Stop being told when the pipeline ends (asked from any of its steps)",
+        responses={200: JobWatchOutput, **ERRORS},
+    )
+    def delete(self, request: Request, job_id: str) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        watching = pipeline_end_watch_set(user=request.user, job=job, watching=False)  # type: ignore[arg-type]
         return Response(JobWatchOutput({"watching": watching}).data)
 
 
