@@ -128,6 +128,15 @@ def arrays_apply_slurm_state(
     return len(changed_jobs)
 
 
+def array_rebuilt_apply(
+    *, job: Job, tasks: list[JobArrayTask], records: Sequence[SlurmRecord], now: datetime
+) -> list[JobTransition]:
+    """Set a rebuilt array's tasks (not stored yet) and the array itself from Slurm's records of it, as a sync
+    would; the array's transitions (jobs.job_recovery)."""
+    _tasks_apply(tasks=tasks, records=records, now=now)
+    return _array_apply(job=job, tasks=tasks, records=records, now=now) or []
+
+
 def _tasks_apply(
     *, tasks: list[JobArrayTask], records: Sequence[SlurmRecord], now: datetime
 ) -> tuple[list[JobArrayTask], set[int]]:
