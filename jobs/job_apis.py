@@ -506,9 +506,19 @@ class JobRerunInput(JobSubmitInput):
     out keeps the original job's value, and any other (`project`, `template`) is refused by name."""
 
     cluster = serializers.CharField(required=False, help_text="Default: the original job's cluster")
+    keep_dependencies = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Wait for the original's parents with the same conditions (checked as depends_on is); default: "
+        "run alone",
+    )
 
     def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
-        return {name: field for name, field in super().get_fields().items() if name in RERUN_FIELDS}
+        return {
+            name: field
+            for name, field in super().get_fields().items()
+            if name in RERUN_FIELDS or name == "keep_dependencies"
+        }
 
 
 class JobRerunApi(APIView):
@@ -524,11 +534,14 @@ class JobRerunApi(APIView):
         job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.RERUN)
         serializer = JobRerunInput(data=request.data)
         serializer.is_valid(raise_exception=True)
+        overrides = dict(serializer.validated_data)
+        keep_dependencies = overrides.pop("keep_dependencies", False)
         accepted = job_rerun(
             user=request.user,  # type: ignore[arg-type]
             job=job,
-            overrides=dict(serializer.validated_data),
+            overrides=overrides,
             idempotency_key=_idempotency_key(request),
+            keep_dependencies=keep_dependencies,
         )
         return _accepted_reply(accepted)
 
