@@ -21,6 +21,9 @@ def usage_import() -> None:
     told = job_end_notices.job_end_notices_send()
     if told:
         logger.info("told %d watchers that their jobs ended", told)
+    told = job_end_notices.pipeline_end_notices_send()
+    if told:
+        logger.info("told %d watchers that their pipelines ended", told)
 
 
 @shared_task(ignore_result=True, soft_time_limit=240, time_limit=300)

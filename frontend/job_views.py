@@ -27,7 +27,7 @@ from billing.estimates import Estimate, estimate_for_request, job_estimate
 from billing.selectors import job_usage
 from clusters.models import Cluster
 from clusters.selectors import cluster_list_active, cluster_list_for_user
-from jobs.end_watches import job_end_watch_set, job_end_watching
+from jobs.end_watches import job_end_watch_set, job_end_watching, pipeline_end_watch_set, pipeline_end_watching
 from jobs.fitting import CoveredShape, covered_shape_choose, free_alternatives
 from jobs.job_services import JobRequest, job_cancel, job_submit, job_template_resolve
 from jobs.models import ACTIVE_JOB_STATES, DependencyCondition, Job, JobArrayTask, JobState
@@ -549,6 +549,13 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         "cancel_effects": cancel_effects(job) if _may_cancel(request, job) else [],
         "waiting": _waiting(request, job, pipeline),
         "watching": job_end_watching(user=request.user, job=job),  # type: ignore[arg-type]
+        # Offered on a step of a pipeline (its graph is drawn) while the step itself has not ended.
+        "watching_pipeline": bool(pipeline.parents or pipeline.children)
+        and pipeline_end_watching(
+            user=request.user,  # type: ignore[arg-type]
+            job=job,
+            step_ids=[edge.job.pk for edge in (*pipeline.parents, *pipeline.children)],
+        ),
         "project_label": _label(job.project),
         "tasks": tasks,
         "task": task,
@@ -691,19 +698,26 @@ def job_rerun_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
 @require_POST
 @login_required
 def job_watch_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
-    """Ask to be told when the job ends (`watch=1`), or stop asking (`watch=0`); then back to its page."""
+    """Ask to be told when the job ends (`watch=1`), or stop asking (`watch=0`); with `scope=pipeline`, when the
+    whole pipeline it is a step of ends. Then back to its page."""
     job = job_get_for_user(user=request.user, job_id=job_id)
+    pipeline = request.POST.get("scope") == "pipeline"
+    what = "the pipeline" if pipeline else "the job"
+    set_watch = pipeline_end_watch_set if pipeline else job_end_watch_set
     try:
-        watching = job_end_watch_set(user=request.user, job=job, watching=request.POST.get("watch") == "1")  # type: ignore[arg-type]
+        watching = set_watch(user=request.user, job=job, watching=request.POST.get("watch") == "1")  # type: ignore[arg-type]
     except Conflict as error:
         messages.error(request, str(error))
     else:
         if watching:
             messages.success(
-                request, "You will be told when the job ends, with its outcome and cost, here and by e-mail."
+                request,
+                f"You will be told when {what} ends, with "
+                + ("each job's outcome and the total cost" if pipeline else "its outcome and cost")
+                + ", here and by e-mail.",
             )
         else:
-            messages.success(request, "You will not be told when the job ends.")
+            messages.success(request, f"You will not be told when {what} ends.")
     return redirect("job-detail", job_id=job.pk)
 
 

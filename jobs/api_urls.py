@@ -17,6 +17,7 @@ from jobs.job_apis import (
     JobTemplateDetailApi,
     JobTemplateListApi,
     JobWatchApi,
+    PipelineWatchApi,
 )
 from jobs.log_apis import JobLogDownloadApi
 
@@ -27,6 +28,7 @@ urlpatterns: list[URLPattern] = [
     path("jobs/<uuid:job_id>/cancel/", JobCancelApi.as_view(), name="api-job-cancel"),
     path("jobs/<uuid:job_id>/rerun/", JobRerunApi.as_view(), name="api-job-rerun"),
     path("jobs/<uuid:job_id>/watch/", JobWatchApi.as_view(), name="api-job-watch"),
+    path("jobs/<uuid:job_id>/pipeline/watch/", PipelineWatchApi.as_view(), name="api-job-pipeline-watch"),
     path("jobs/<uuid:job_id>/log/", JobLogDownloadApi.as_view(), name="api-job-log"),
     path("jobs/<uuid:job_id>/tasks/", JobArrayTaskListApi.as_view(), name="api-job-tasks"),
     path("jobs/<uuid:job_id>/tasks/<int:index>/cancel/", JobArrayTaskCancelApi.as_view(), name="api-job-task-cancel"),

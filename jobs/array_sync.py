@@ -22,7 +22,7 @@ from clusters.models import Cluster
 from clusters.slurm import SlurmTerminalError
 from clusters.slurm.types import AccountingRecord, SlurmJob
 from jobs.arrays import ArrayExpressionError, array_parse, array_progress
-from jobs.job_services import job_transition, jobs_push
+from jobs.job_services import job_transition, jobs_push, jobs_tasks_push
 from jobs.models import FINAL_JOB_STATES, Job, JobArrayTask, JobState, JobTransition
 
 logger = logging.getLogger(__name__)
@@ -121,7 +121,20 @@ def arrays_apply_slurm_state(
         JobTransition.objects.bulk_create(transitions)
         changed_ids = [job.pk for job in changed_jobs]
         transaction.on_commit(lambda: jobs_push(changed_ids))
+        # Tasks that changed in an array whose own row did not: its page redraws its task table.
+        tasks_only = {task.job_id for task in changed_tasks} - set(changed_ids)
+        if tasks_only:
+            transaction.on_commit(lambda: jobs_tasks_push(tasks_only))
     return len(changed_jobs)
+
+
+def array_rebuilt_apply(
+    *, job: Job, tasks: list[JobArrayTask], records: Sequence[SlurmRecord], now: datetime
+) -> list[JobTransition]:
+    """Set a rebuilt array's tasks (not stored yet) and the array itself from Slurm's records of it, as a sync
+    would; the array's transitions (jobs.job_recovery)."""
+    _tasks_apply(tasks=tasks, records=records, now=now)
+    return _array_apply(job=job, tasks=tasks, records=records, now=now) or []
 
 
 def _tasks_apply(

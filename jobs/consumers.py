@@ -18,7 +18,9 @@ from tenants.services import user_access_group
 
 
 class _JobWatchConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
-    """Pushes `{"type": "job.update", "job": {...}}` for each change of the watched jobs.
+    """Pushes `{"type": "job.update", "job": {...}}` for each change of the watched jobs; to a job's watchers,
+    also `{"type": "pipeline.update", "step": {id, state, updated_at}}` when a parent or child of it changes and
+    `{"type": "job.tasks", "job": {id}}` when an array's tasks change while its own row does not.
 
     Authorisation happens in `connect` through the access helpers, and again whenever the user's
     memberships change (the membership services push `access.changed` to `user_access_group`): refused
@@ -60,6 +62,13 @@ class _JobWatchConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def job_update(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": "job.update", "job": event["job"]})
+
+    async def pipeline_update(self, event: dict[str, Any]) -> None:
+        # A parent or child of the watched job changed (the same project, so the viewer may see it).
+        await self.send_json({"type": "pipeline.update", "step": event["step"]})
+
+    async def job_tasks(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": "job.tasks", "job": event["job"]})
 
     async def access_changed(self, event: dict[str, Any]) -> None:
         try:

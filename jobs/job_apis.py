@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 
 from jobs import job_services
 from jobs.arrays import PROGRESS_KEYS
-from jobs.end_watches import job_end_watch_set
+from jobs.end_watches import job_end_watch_set, pipeline_end_watch_set
 from jobs.job_services import JobRequest
 from jobs.models import (
     DependencyCondition,
@@ -706,10 +706,20 @@ class JobRerunInput(JobSubmitInput):
     out keeps the original job's value, and any other (`project`, `template`) is refused by name."""
 
     cluster = serializers.CharField(required=False, help_text="Default: the original job's cluster")
+    keep_dependencies = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Wait for the original's parents with the same conditions (checked as depends_on is); default: "
+        "run alone",
+    )
 
     def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         fields = super().get_fields().items()
-        return {name: field for name, field in fields if (field.source or name) in RERUN_FIELDS}
+        return {
+            name: field
+            for name, field in fields
+            if (field.source or name) in RERUN_FIELDS or name == "keep_dependencies"
+        }
 
 
 class JobRerunApi(APIView):
@@ -725,11 +735,14 @@ class JobRerunApi(APIView):
         job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.RERUN)
         serializer = JobRerunInput(data=request.data)
         serializer.is_valid(raise_exception=True)
+        overrides = dict(serializer.validated_data)
+        keep_dependencies = overrides.pop("keep_dependencies", False)
         accepted = job_rerun(
             user=request.user,  # type: ignore[arg-type]
             job=job,
-            overrides=dict(serializer.validated_data),
+            overrides=overrides,
             idempotency_key=_idempotency_key(request),
+            keep_dependencies=keep_dependencies,
         )
         return _accepted_reply(accepted)
 
@@ -759,6 +772,31 @@ class JobWatchApi(APIView):
     def delete(self, request: Request, job_id: str) -> Response:
         job = job_get_for_user(user=request.user, job_id=job_id)
         watching = job_end_watch_set(user=request.user, job=job, watching=False)  # type: ignore[arg-type]
+        return Response(JobWatchOutput({"watching": watching}).data)
+
+
+class PipelineWatchApi(APIView):
+    @extend_schema(
+        operation_id="jobs_watch_pipeline",
+        summary="Be told when the whole pipeline this job is a step of ends (every job connected to it by "
+        "dependencies has ended or will never run), with each step's outcome and the total cost; anyone who may "
+        "see the job",
+        request=None,
+        responses={200: JobWatchOutput, **ERRORS_WITH_CONFLICT},
+    )
+    def post(self, request: Request, job_id: str) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        watching = pipeline_end_watch_set(user=request.user, job=job, watching=True)  # type: ignore[arg-type]
+        return Response(JobWatchOutput({"watching": watching}).data)
+
+    @extend_schema(
+        operation_id="jobs_unwatch_pipeline",
+        summary="Stop being told when the pipeline ends (asked from any of its steps)",
+        responses={200: JobWatchOutput, **ERRORS},
+    )
+    def delete(self, request: Request, job_id: str) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        watching = pipeline_end_watch_set(user=request.user, job=job, watching=False)  # type: ignore[arg-type]
         return Response(JobWatchOutput({"watching": watching}).data)
 
 

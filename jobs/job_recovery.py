@@ -1,7 +1,9 @@
 """Rebuilding from Slurm the jobs a restore of the database lost (see jobs/database_restores.py for the whole way).
 
 A lost job is a tagged Slurm job, in a portal project's account, that no portal job matches. It comes back under
-its original id with what Slurm knows of it, reserved and charged once through the quota ledger.
+its original id with what Slurm knows of it, reserved and charged once through the quota ledger. A lost array
+(its tasks' records share the tag) comes back as one job with a task row for each index Slurm names (its tasks'
+records and its waiting record), reserved task by task and each task that ran charged once.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from django.utils import timezone
 from clusters.models import Cluster, ClusterAccount, ProjectSlurmAccount
 from clusters.slurm import SlurmClient, SlurmError
 from clusters.slurm.types import AccountingRecord, SlurmJob
+from jobs.array_sync import array_rebuilt_apply, waiting_indexes
 from jobs.job_services import jobs_push
 from jobs.job_sync import slurm_record_apply
 from jobs.models import (
@@ -27,13 +30,14 @@ from jobs.models import (
     RECOVERED_DETAIL,
     ClusterRecovery,
     Job,
+    JobArrayTask,
     JobState,
     JobTransition,
     job_id_from_tag,
 )
 from jobs.paths import job_paths
 from jobs.quota_usage import accounting_attempts_of, charge_note
-from quotas.services import quota_charge, quota_reserve_found
+from quotas.services import TaskCharge, quota_charge, quota_charge_tasks, quota_reserve_found
 from tenants.models import Project
 from tenants.services import audit_record
 
@@ -98,6 +102,7 @@ def jobs_rebuild(
         existing = set(Job.objects.filter(pk__in=list(by_tag)).values_list("pk", flat=True))
         users = dict(ClusterAccount.objects.filter(cluster=cluster).values_list("username", "user_id"))
         transitions: list[JobTransition] = []
+        array_tasks: list[JobArrayTask] = []
         for job_id, records in by_tag.items():
             if job_id in existing:
                 continue
@@ -106,12 +111,24 @@ def jobs_rebuild(
             if project is None:
                 result.not_rebuilt.append(_not_rebuilt(current, f"account {current.account!r} is no portal project's"))
                 continue
-            job, timeline = _rebuilt(
-                job_id=job_id, cluster=cluster, project=project, record=current, user_id=users.get(current.user_name)
-            )
+            user_id = users.get(current.user_name)
+            if any(record.array_job_id is not None for record in records):
+                array = _rebuilt_array(
+                    job_id=job_id, cluster=cluster, project=project, records=records, user_id=user_id
+                )
+                if isinstance(array, str):
+                    result.not_rebuilt.append(_not_rebuilt(current, array))
+                    continue
+                job, tasks, timeline = array
+                array_tasks.extend(tasks)
+            else:
+                job, timeline = _rebuilt(
+                    job_id=job_id, cluster=cluster, project=project, record=current, user_id=user_id
+                )
             created.append(job)
             transitions.extend(timeline)
         Job.objects.bulk_create(created, batch_size=500)
+        JobArrayTask.objects.bulk_create(array_tasks, batch_size=1000)
         JobTransition.objects.bulk_create(transitions, batch_size=500)
         by_project: dict[Project, list[str]] = defaultdict(list)
         for job in created:
@@ -132,7 +149,10 @@ def jobs_rebuild(
         # Reserved as when it was accepted (on the allocation of that moment), so that its ledger reads as any
         # job's: reserved once, then released or charged.
         quota_reserve_found(job=job, now=job.submitted_at or now, note="recovered after a restore")
-        if job.state in FINAL_JOB_STATES and job.started_at is not None and job.gpus > 0:
+        if job.is_array:
+            if job.gpus > 0:
+                result.charged += _charge_tasks(job=job, records=by_tag[job.pk], now=now)
+        elif job.state in FINAL_JOB_STATES and job.started_at is not None and job.gpus > 0:
             result.charged += _charge(job=job, records=by_tag[job.pk], now=now)
     if created:
         logger.warning("cluster %s: rebuilt %d jobs lost by a restore from Slurm", cluster.name, len(created))
@@ -192,6 +212,134 @@ def _rebuilt(
     timeline.extend(slurm_record_apply(job=job, slurm_job=record, now=now) or [])
     job.updated_at = now
     return job, timeline
+
+
+def _rebuilt_array(
+    *,
+    job_id: uuid.UUID,
+    cluster: Cluster,
+    project: Project,
+    records: Sequence[SlurmJob | AccountingRecord],
+    user_id: int | None,
+) -> tuple[Job, list[JobArrayTask], list[JobTransition]] | str:
+    """The lost array as Slurm knows it: one job, a task for each index Slurm names, and the array's timeline
+    (recovered, then what its tasks say); or why it cannot be rebuilt."""
+    # A second submission under the same tag (a duplicate the sync would cancel) is not this array.
+    own_id = min(record.array_job_id or record.job_id for record in records)
+    # A task's first record that ends it is the one a sync keeps: the controller's listing (with its exit code)
+    # before accounting's.
+    own = sorted(
+        (record for record in records if (record.array_job_id or record.job_id) == own_id),
+        key=lambda record: isinstance(record, AccountingRecord),
+    )
+    indexes: set[int] = set()
+    for record in own:
+        if record.array_task_id is not None:
+            indexes.add(record.array_task_id)
+        elif isinstance(record, SlurmJob):
+            indexes.update(waiting_indexes(record.array_task_string))
+    if not indexes:
+        return "an array whose tasks Slurm does not name"
+    listed = next((record for record in own if isinstance(record, SlurmJob)), None)
+    first = listed or _newest(own)
+    cap = next(
+        (record.array_max_tasks for record in own if isinstance(record, SlurmJob) and record.array_max_tasks), None
+    )
+    submitted = (
+        min((record.submit_time for record in own if record.submit_time is not None), default=None) or timezone.now()
+    )
+    paths = job_paths(
+        log_root=cluster.log_root,
+        tenant_slug=project.tenant.slug,
+        project_slug=project.slug,
+        job_id=job_id,
+        is_array=True,
+    )
+    ordered = sorted(indexes)
+    job = Job(
+        id=job_id,
+        project=project,
+        cluster=cluster,
+        user_id=user_id,
+        cluster_username=first.user_name[:32],
+        name=first.name[:200],
+        partition=first.partition[:64],
+        gpu_type=first.gpu_type or "",
+        gpus=listed.gpus
+        if listed is not None
+        else max(record.gpus_allocated for record in own if isinstance(record, AccountingRecord)),
+        time_limit_minutes=first.time_limit_minutes or 0,
+        array=array_expression(ordered) + (f"%{cap}" if cap else ""),
+        array_task_count=len(ordered),
+        array_max_running=cap,
+        array_progress={"pending": len(ordered)},
+        working_directory=paths.working_directory,
+        stdout_path=paths.stdout,
+        stderr_path=paths.stderr,
+        state=JobState.PENDING,
+        slurm_job_id=own_id,
+        slurm_submit_time=submitted,
+        created_at=submitted,
+        submitted_at=submitted,
+        updated_at=submitted,
+    )
+    job.array_indexes = ordered  # type: ignore[attr-defined]  # the reservation's tasks, before they are stored
+    tasks = [JobArrayTask(job=job, index=index, state=JobState.PENDING, updated_at=submitted) for index in ordered]
+    timeline = [
+        JobTransition(
+            job=job,
+            from_state="",
+            to_state=JobState.PENDING,
+            at=submitted,
+            detail=f"{RECOVERED_DETAIL}: Slurm array {own_id}, {len(ordered)} tasks",
+        )
+    ]
+    now = timezone.now()
+    timeline.extend(array_rebuilt_apply(job=job, tasks=tasks, records=own, now=now))
+    job.updated_at = now
+    return job, tasks, timeline
+
+
+def array_expression(indexes: Sequence[int]) -> str:
+    """Sorted indexes written as `sbatch --array` takes them: runs as ranges ("0-3,7,9-10")."""
+    parts: list[str] = []
+    start = previous = indexes[0]
+    for index in [*indexes[1:], None]:
+        if index is not None and index == previous + 1:
+            previous = index
+            continue
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+        if index is not None:
+            start = previous = index
+    return ",".join(parts)
+
+
+def _charge_tasks(*, job: Job, records: Sequence[SlurmJob | AccountingRecord], now: datetime) -> int:
+    """Charge each ended task of a rebuilt array that ran what its accounting records say (each task once);
+    the tasks whose records are not there yet are charged by the usage collection."""
+    runs: dict[int, list[AccountingRecord]] = defaultdict(list)
+    for record in records:
+        if (
+            isinstance(record, AccountingRecord)
+            and record.array_job_id == job.slurm_job_id
+            and record.array_task_id is not None
+            and record.state.is_finished
+            and record.end_time is not None
+        ):
+            runs[record.array_task_id].append(record)
+    ran = JobArrayTask.objects.filter(job=job, state__in=list(FINAL_JOB_STATES), started_at__isnull=False).values_list(
+        "index", flat=True
+    )
+    oldest = datetime.min.replace(tzinfo=UTC)
+    charges: dict[int, TaskCharge] = {}
+    for index in ran:
+        found = sorted(runs.get(index, []), key=lambda record: record.start_time or record.submit_time or oldest)
+        if found:
+            charges[index] = TaskCharge(
+                gpu_seconds=sum(record.gpu_seconds for record in found),
+                note=f"task {index}: " + charge_note(found),
+            )
+    return quota_charge_tasks(job=job, charges=charges, now=now)
 
 
 def _charge(*, job: Job, records: Sequence[SlurmJob | AccountingRecord], now: datetime) -> int:

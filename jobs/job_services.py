@@ -18,13 +18,14 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
+from django.db.models import Q
 from django.http import Http404
 from django.utils import timezone
 
 from clusters.models import Cluster, Partition
 from clusters.selectors import SubmissionTarget, cluster_list_active, submission_target_get
 from jobs.arrays import ArrayExpressionError, ArraySpec, array_parse, array_tasks_end_before_slurm
-from jobs.models import Job, JobArrayTask, JobState, JobTemplate, JobTransition
+from jobs.models import Job, JobArrayTask, JobDependency, JobState, JobTemplate, JobTransition
 from jobs.paths import JobPaths, job_paths
 from jobs.pipelines import DependencyRequest, dependencies_create, dependencies_validate, dependents_wake
 from jobs.reasons import pending_reason_text
@@ -109,15 +110,45 @@ def jobs_push(job_ids: Iterable[uuid.UUID]) -> None:
 
 
 def jobs_push_loaded(jobs: Iterable[Job]) -> None:
-    """`jobs_push` for jobs in hand, as just stored with their project, tenant, cluster and user."""
+    """`jobs_push` for jobs in hand, as just stored with their project, tenant, cluster and user. The watchers
+    of a job's pipeline neighbours (its parents and children) are told too, so their pages redraw its graph."""
     sends: list[tuple[str, dict[str, Any]]] = []
-    for job in jobs:
+    changed = {job.pk: job for job in jobs}
+    for job in changed.values():
         message = {"type": "job.update", "job": job_event(job)}
         sends += [(project_jobs_group(job.project_id), message), (job_group(job.id), message)]
     try:
+        sends += _pipeline_sends(changed)
         group_send_all(sends)
     except Exception:  # Redis down must not fail the write that has already committed.
         logger.warning("could not push job changes to watchers", exc_info=True)
+
+
+def _pipeline_sends(changed: dict[uuid.UUID, Job]) -> list[tuple[str, dict[str, Any]]]:
+    """`pipeline.update` for each neighbour of a changed job (one query): the step's id and state only. A
+    neighbour is in the same project, so whoever may watch it may see the step."""
+    if not changed:
+        return []
+    sends: dict[tuple[str, str], dict[str, Any]] = {}
+    edges = JobDependency.objects.filter(Q(child_id__in=list(changed)) | Q(parent_id__in=list(changed)))
+    for child_id, parent_id in edges.values_list("child_id", "parent_id"):
+        for step_id, neighbour_id in ((child_id, parent_id), (parent_id, child_id)):
+            step = changed.get(step_id)
+            if step is not None:
+                sends[(str(neighbour_id), str(step_id))] = {
+                    "type": "pipeline.update",
+                    "step": {"id": str(step.pk), "state": step.state, "updated_at": _iso(step.updated_at)},
+                }
+    return [(job_group(neighbour_id), message) for (neighbour_id, _), message in sends.items()]
+
+
+def jobs_tasks_push(job_ids: Iterable[uuid.UUID]) -> None:
+    """Tell the watchers of these arrays that some of their tasks changed while the array's own row did not
+    (a task's nodes, its own Slurm id): `job.tasks`, with the array's id only. Called after commit."""
+    try:
+        group_send_all([(job_group(job_id), {"type": "job.tasks", "job": {"id": str(job_id)}}) for job_id in job_ids])
+    except Exception:
+        logger.warning("could not push task changes to watchers", exc_info=True)
 
 
 def job_transition(*, job: Job, to_state: JobState, detail: str = "", at: datetime | None = None) -> JobTransition:

@@ -365,6 +365,28 @@ class JobEndWatch(models.Model):
         return f"{self.user} watches {self.job_id}"
 
 
+class PipelineEndWatch(models.Model):
+    """A user's wish to be told when the whole pipeline of `job` ends (the jobs connected to it by dependencies,
+    whichever way), with each step's outcome and the total cost (`billing.job_end_notices` tells them once every
+    step has ended or can never run, and the cost of every step that ran is known, and sets `notified_at`)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="pipeline_end_watches")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="pipeline_end_watches")
+    created_at = models.DateTimeField(default=timezone.now)
+    notified_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "user"], name="pipeline_end_watch_once_per_user")]
+        indexes = [
+            models.Index(
+                fields=["job"], condition=models.Q(notified_at__isnull=True), name="pipeline_end_watch_waiting"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} watches the pipeline of {self.job_id}"
+
+
 class JobArrayTask(models.Model):
     """One task of a job array: its own Slurm job id once it started, state, times, exit code and nodes.
 

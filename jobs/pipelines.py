@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import models
+
 from clusters.models import Cluster
 from jobs.models import FINAL_JOB_STATES, DependencyCondition, Job, JobDependency, JobState
 from portal.queue import task_enqueue_on_commit
@@ -337,3 +339,81 @@ def _names(names: Sequence[str]) -> str:
     quoted = [f"“{name}”" for name in names[:3]]
     more = len(names) - len(quoted)
     return ", ".join(quoted) + (f" and {more} more" if more else "")
+
+
+# A whole pipeline ----------------------------------------------------------------------------------------
+
+# A pipeline is read whole only to tell when it ends; past this many steps the rest is not looked at.
+MAX_PIPELINE_STEPS = 500
+
+
+@dataclass(frozen=True)
+class WholePipeline:
+    """The jobs connected to one job by dependencies, whichever way (itself included), oldest first, and the
+    edges between them as (child id, parent id, condition)."""
+
+    steps: list[Job]
+    edges: list[tuple[uuid.UUID, uuid.UUID, str]]
+
+
+def pipeline_whole(job: Job) -> WholePipeline:
+    """The pipeline `job` is a step of: one query per step of distance from it, one for the jobs. Dependencies
+    stay in a project, so whoever sees `job` sees every step."""
+    seen = {job.pk}
+    frontier = {job.pk}
+    edges: dict[int, tuple[uuid.UUID, uuid.UUID, str]] = {}
+    while frontier and len(seen) < MAX_PIPELINE_STEPS:
+        found = JobDependency.objects.filter(
+            models.Q(child_id__in=frontier) | models.Q(parent_id__in=frontier)
+        ).values_list("id", "child_id", "parent_id", "condition")
+        frontier = set()
+        for edge_id, child_id, parent_id, condition in found:
+            edges[edge_id] = (child_id, parent_id, condition)
+            for step in (child_id, parent_id):
+                if step not in seen:
+                    seen.add(step)
+                    frontier.add(step)
+    steps = list(
+        Job.objects.filter(pk__in=seen).select_related("cluster", "project__tenant").order_by("created_at", "id")
+    )
+    return WholePipeline(steps=steps, edges=[edges[key] for key in sorted(edges)])
+
+
+def pipeline_never_running(pipeline: WholePipeline) -> dict[uuid.UUID, str]:
+    """The steps that have not ended and never will run, each with why in plain words: Slurm (or the portal)
+    says their dependency can never be satisfied, a parent ended so that their condition cannot hold, or a
+    parent is itself such a step (it never ends, so nothing waiting for it can start)."""
+    jobs = {step.pk: step for step in pipeline.steps}
+    parents: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+    for child_id, parent_id, condition in pipeline.edges:
+        parents.setdefault(child_id, []).append((parent_id, condition))
+    never: dict[uuid.UUID, str] = {}
+    waiting = [step for step in pipeline.steps if step.state in (JobState.QUEUED, JobState.PENDING)]
+    changed = True
+    while changed:
+        changed = False
+        for step in waiting:
+            if step.pk in never:
+                continue
+            why = ""
+            for parent_id, condition in parents.get(step.pk, []):
+                parent = jobs.get(parent_id)
+                if parent is None:
+                    continue
+                if parent_id in never:
+                    why = f"it waits for “{parent.name}”, which will never run"
+                elif condition_outcome(condition, parent) == "never":
+                    why = never_words(parent=parent, condition=condition)
+                if why:
+                    break
+            if not why and is_never_satisfied(step):
+                why = "Slurm says the jobs it waits for can never satisfy its dependency"
+            if why:
+                never[step.pk] = why
+                changed = True
+    return never
+
+
+def pipeline_has_ended(pipeline: WholePipeline, never: dict[uuid.UUID, str]) -> bool:
+    """Whether every step has ended or will never run."""
+    return all(step.is_final or step.pk in never for step in pipeline.steps)

@@ -7,13 +7,15 @@ with free GPUs now) all come here, so a rerun is checked, reserved and delivered
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace as dataclass_replace
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
 
 from jobs.job_services import Accepted, JobRequest, job_cancel, job_submit_accepted
-from jobs.models import Job, JobState
+from jobs.models import Job, JobDependency, JobState
+from jobs.pipelines import DependencyRequest
 from portal.errors import Conflict
 
 # What a rerun may change; everything else (project, template) stays the original's.
@@ -67,13 +69,16 @@ def job_rerun(
     overrides: Mapping[str, Any] | None = None,
     idempotency_key: str = "",
     replace: bool = False,
+    keep_dependencies: bool = False,
 ) -> Accepted:
     """Submit `job` again as `user` (under their cluster account), with `overrides`, linked to it.
 
     The caller has checked that `user` may run it again (`job_get_for_user(action=JobAction.RERUN)`). Raises
     ValidationError per field, as a submission does, and Conflict for a job the portal did not submit or when
     the project's GPU-hours do not cover it. With `replace` the original, still waiting, is cancelled in the
-    same transaction (the caller has checked that `user` may cancel it): the new one runs instead of it.
+    same transaction (the caller has checked that `user` may cancel it): the new one runs instead of it. With
+    `keep_dependencies` the new job waits for the original's parents, with the same conditions, checked as a
+    submission's `depends_on` (a parent that ended so that its condition can never hold refuses it).
     """
     if job.is_external or not job.script:
         raise Conflict(
@@ -81,6 +86,12 @@ def job_rerun(
             "from the submit form or the API with its script."
         )
     request = rerun_request(job=job, overrides=overrides, idempotency_key=idempotency_key)
+    if keep_dependencies:
+        parents = JobDependency.objects.filter(child=job).order_by("id").values_list("parent_id", "condition")
+        request = dataclass_replace(
+            request,
+            depends_on=tuple(DependencyRequest(job=parent, condition=condition) for parent, condition in parents),
+        )
     with transaction.atomic():
         accepted = job_submit_accepted(user=user, project=job.project, request=request)
         if replace and accepted.created:

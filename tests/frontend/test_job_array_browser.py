@@ -49,9 +49,10 @@ def test_an_array_from_the_template_shows_its_progress_live_its_tasks_and_a_task
     screenshot(watcher, "array-list-done")
     assert Job.objects.get(pk=job.pk).state == JobState.COMPLETED
 
-    page.reload()
+    # The job's page, open since the submission, shows its tasks end without a reload.
     tasks = page.get_by_role("table", name="Tasks")
     expect(tasks.locator("tbody tr")).to_have_count(4)
+    expect(tasks.locator("tbody tr .badge-completed")).to_have_count(4, timeout=LIVE_TIMEOUT_MS)
     tasks.locator("tbody tr").nth(2).get_by_role("link", name="log").click()
     page.wait_for_url("**task=2#log-viewer")
     expect(page.get_by_role("heading", name="Output of task 2")).to_be_visible()

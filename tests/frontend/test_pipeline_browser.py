@@ -56,6 +56,11 @@ def test_a_pipeline_step_is_picked_on_the_form_drawn_on_its_page_and_its_parents
     assert page.locator("#pipeline-parents li").inner_text() == ("prepare (queued): runs after it succeeds (afterok)")
     screenshot(page, "pipeline-graph")
 
+    # The child's page, open meanwhile, redraws its graph when its parent changes (no reload).
+    watcher = open_page(member)
+    watcher.goto(f"/jobs/{train.pk}/")
+    watcher.wait_for_selector("#job-live-status[data-state='live']")
+
     page.goto(f"/jobs/{prepare.pk}/")
     page.get_by_text("Cancel this job…").click()
     assert (
@@ -67,3 +72,7 @@ def test_a_pipeline_step_is_picked_on_the_form_drawn_on_its_page_and_its_parents
         "The job was cancelled before it reached Slurm. “train” will never run: it waits for this job to succeed."
     ).is_visible()
     assert Job.objects.get(pk=prepare.pk).state == JobState.CANCELLED
+    watcher.locator("#pipeline-parents li", has_text="prepare (cancelled)").wait_for(timeout=10_000)
+    assert watcher.locator("#pipeline-parents li").inner_text() == (
+        "prepare (cancelled): runs after it succeeds (afterok), can never be met"
+    )

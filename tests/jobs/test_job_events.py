@@ -10,8 +10,8 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from clusters.models import ClusterAccount
-from jobs.job_services import job_cancel
-from jobs.models import Job
+from jobs.job_services import job_cancel, jobs_push, jobs_tasks_push
+from jobs.models import Job, JobDependency
 from tenants.services import token_create
 from tests.factories import add_project_member, make_matrix_cluster, make_project, make_tenant, make_user
 from tests.websockets import handshake
@@ -106,3 +106,38 @@ def test_an_outsider_cannot_watch_another_tenants_job() -> None:
 
     assert async_to_sync(refused)(f"/ws/jobs/{job.pk}/") == (False, 4404)
     assert async_to_sync(refused)(f"/ws/projects/{project.tenant.slug}/{project.slug}/jobs/") == (False, 4404)
+
+
+def test_a_steps_page_hears_of_its_parents_and_children_and_an_arrays_of_its_tasks() -> None:
+    """The job page's socket carries what redraws its pipeline graph and task table: a neighbour's id and state
+    (`pipeline.update`) and an array's id (`job.tasks`); a job outside the pipeline is not heard of."""
+    cluster = make_matrix_cluster()
+    member, viewer = make_user(), make_user()
+    project = make_project(make_tenant())
+    add_project_member(project, member)
+    add_project_member(project, viewer, "viewer")
+    ClusterAccount.objects.create(cluster=cluster, user=member, username="alice")
+    parent, child, other = (_queued_job(member, project, cluster) for _ in range(3))
+    JobDependency.objects.create(child=child, parent=parent, condition="afterok")
+    cookie = _cookie(viewer)
+
+    async def scenario() -> None:
+        child_socket = await _watch(f"/ws/jobs/{child.pk}/", cookie)
+        parent_socket = await _watch(f"/ws/jobs/{parent.pk}/", cookie)
+        for socket in (child_socket, parent_socket):
+            assert (await socket.receive_json_from(timeout=5))["type"] == "job.update"  # the snapshot
+
+        await sync_to_async(jobs_push)([other.pk])  # not a step of this pipeline
+        await sync_to_async(job_cancel)(user=member, job=parent)
+        update = await child_socket.receive_json_from(timeout=5)
+        assert update["type"] == "pipeline.update"
+        assert {key: update["step"][key] for key in ("id", "state")} == {"id": str(parent.pk), "state": "cancelled"}
+        assert (await parent_socket.receive_json_from(timeout=5))["type"] == "job.update"  # its own change
+
+        await sync_to_async(jobs_tasks_push)([parent.pk])
+        assert await parent_socket.receive_json_from(timeout=5) == {"type": "job.tasks", "job": {"id": str(parent.pk)}}
+        assert await child_socket.receive_nothing(timeout=0.2)
+        for socket in (child_socket, parent_socket):
+            await socket.disconnect()
+
+    async_to_sync(scenario)()

@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from clusters.models import Cluster, ClusterAccount
 from jobs.job_services import JobRequest, job_submit
-from jobs.models import Job, JobState
+from jobs.models import Job, JobDependency, JobState
 from tenants.models import Project
 from tests.factories import (
     add_project_member,
@@ -278,3 +278,31 @@ def test_a_rerun_of_an_array_runs_the_same_tasks_unless_told_otherwise(team: Tea
     bad = _rerun(team, array="5-2")
     assert bad.status_code == 400
     assert list(bad.json()["fields"]) == ["array"]
+
+
+def test_a_rerun_keeps_its_parents_only_when_asked_and_only_while_they_can_still_be_met(team: Team) -> None:
+    prepare, _ = job_submit(
+        user=team.users["owner"],
+        project=team.project,
+        request=JobRequest(cluster="reruncluster", name="prepare", script=SCRIPT),
+    )
+    JobDependency.objects.create(child=team.job, parent=prepare, condition="afterok")
+
+    alone = _rerun(team)
+    assert alone.status_code == 202, alone.json()
+    assert not JobDependency.objects.filter(child_id=alone.json()["id"]).exists()
+    kept = _rerun(team, keep_dependencies=True)
+    assert kept.status_code == 202, kept.json()
+    assert list(JobDependency.objects.filter(child_id=kept.json()["id"]).values_list("parent_id", "condition")) == [
+        (prepare.pk, "afterok")
+    ]
+
+    Job.objects.filter(pk=prepare.pk).update(state=JobState.FAILED)
+    refused = _rerun(team, keep_dependencies=True)
+    assert refused.status_code == 400
+    assert refused.json()["fields"] == {
+        "depends_on": [
+            f"It could never run: job “prepare” ({prepare.pk}) ended failed, and this job was to run only after it "
+            "succeeds."
+        ]
+    }

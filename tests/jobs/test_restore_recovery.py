@@ -29,6 +29,7 @@ from jobs.models import (
     DatabaseIdentity,
     DatabaseRestore,
     Job,
+    JobArrayTask,
     JobState,
     JobTransition,
 )
@@ -184,6 +185,61 @@ def test_jobs_lost_by_a_restore_are_rebuilt_from_slurm_as_they_were_and_charged_
     assert _balances(live_project) == (balances_in_backup[0], balances_in_backup[1] + charged_in_all)
     assert sum(len(_ledger(job_id)) for job_id in before) == 6
     assert not ClusterRecovery.objects.filter(finished_at__isnull=True).exists()
+
+
+TASK_FIELDS = ["index", "state", "slurm_state", "slurm_job_id", "nodes", "exit_code", "started_at", "ended_at"]
+
+
+def test_an_array_lost_by_a_restore_is_rebuilt_as_one_job_with_its_tasks_each_charged_once(
+    live_project: LiveProject, slurm_client: SlurmClient
+) -> None:
+    backup_taken_at = timezone.now()
+    balances_in_backup = _balances(live_project)
+    reply = live_project.submit(
+        name="lost-array", array="0-2%2", script="#!/bin/bash\nsleep 1\nexit $((SLURM_ARRAY_TASK_ID == 2))\n"
+    )
+    job_deliver(job_id=uuid.UUID(str(reply["id"])))
+    original = live_project.wait_for(reply["id"], lambda job: job.is_final)
+    tasks_before = list(JobArrayTask.objects.filter(job=original).order_by("index").values(*TASK_FIELDS))
+
+    def charged() -> dict[int | None, int]:
+        quota_usage_collect(cluster=_cluster(live_project), client=slurm_client)
+        return dict(
+            LedgerEntry.objects.filter(job_id=original.pk, kind="charge").values_list("array_task", "gpu_seconds")
+        )
+
+    wait_until(lambda: len(charged()) == 3, what="every task charged")
+    charges = charged()
+    assert (original.state, original.array_progress["completed"], original.array_progress["failed"]) == (
+        JobState.FAILED,
+        2,
+        1,
+    )
+
+    _restore_backup_taken_at(backup_taken_at, balances=balances_in_backup, live_project=live_project)
+    restore = database_restore_check()
+    assert restore is not None
+    recovery = ClusterRecovery.objects.get(restore=restore, cluster=live_project.cluster)
+    result = cluster_recovery_search(recovery=recovery, client=slurm_client_for(live_project.cluster))
+
+    assert (result.recovered, result.charged, result.error) == (1, 3, "")
+    rebuilt = Job.objects.get(pk=original.pk)
+    assert {name: getattr(rebuilt, name) for name in ("array", "array_task_count", "array_max_running")} == {
+        "array": "0-2%2",
+        "array_task_count": 3,
+        "array_max_running": 2,
+    }
+    assert list(JobArrayTask.objects.filter(job=rebuilt).order_by("index").values(*TASK_FIELDS)) == tasks_before
+    assert rebuilt.array_progress == original.array_progress
+    assert _fields(rebuilt) == _fields(original) | {"slurm_state": rebuilt.slurm_state}
+    assert charged() == charges  # each task charged once, as before the restore
+    reserved = 3 * rebuilt.gpus * rebuilt.time_limit_minutes * 60
+    assert _balances(live_project) == (balances_in_backup[0], balances_in_backup[1] + sum(charges.values()))
+    assert sum(entry[1] for entry in _ledger(rebuilt.pk) if entry[0] == "reserve") == reserved
+    # Searching again rebuilds and charges nothing more.
+    again = cluster_recovery_search(recovery=recovery, client=slurm_client_for(live_project.cluster))
+    assert (again.recovered, again.charged) == (0, 0)
+    assert JobArrayTask.objects.filter(job=rebuilt).count() == 3
 
 
 def test_a_job_queued_in_the_backup_that_slurm_already_ran_is_adopted_not_submitted_again(

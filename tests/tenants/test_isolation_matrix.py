@@ -280,6 +280,10 @@ MATRIX: dict[str, dict[str, Case]] = {
     # Running a job again is submitting: those who may submit to its project.
     "api/v1/jobs/<uuid:job_id>/rerun/": {"POST": Case(only(202, SUBMITTERS), body=lambda w: {"name": "again"})},
     # Being told when a job ends: whoever sees it.
+    "api/v1/jobs/<uuid:job_id>/pipeline/watch/": {
+        "POST": Case(only(200, PROJECT_VIEWERS)),
+        "DELETE": Case(only(200, PROJECT_VIEWERS)),
+    },
     "api/v1/jobs/<uuid:job_id>/watch/": {
         "POST": Case(only(200, PROJECT_VIEWERS)),
         "DELETE": Case(only(200, PROJECT_VIEWERS)),

@@ -1,7 +1,8 @@
 // Live job states without reloading. On the jobs list: one WebSocket per project shown
 // (/ws/projects/<tenant>/<project>/jobs/) updates each row's badge and times in place and, on the first page,
 // inserts jobs submitted since the page was drawn. On a job's page: /ws/jobs/<id>/ redraws the facts, the
-// timeline and the cancel button from the server (htmx) whenever the job changes.
+// timeline, the cancel button, the array's task table and the pipeline graph from the server (htmx) whenever the
+// job, one of its tasks, or a parent or child of it changes.
 "use strict";
 
 (function () {
@@ -157,7 +158,12 @@
       }
       refreshing = true;
       htmx
-        .ajax("GET", window.location.pathname, { target: "#job-live", select: "#job-live", swap: "outerHTML" })
+        // With the query: the page of tasks (and the task) shown stay as they are.
+        .ajax("GET", window.location.pathname + window.location.search, {
+          target: "#job-live",
+          select: "#job-live",
+          swap: "outerHTML",
+        })
         .finally(() => {
           refreshing = false;
           if (again) {
@@ -170,6 +176,11 @@
     Portal.socket(config.state_socket, {
       status: document.getElementById("job-live-status"),
       onMessage(message) {
+        // A step of its pipeline changed (its graph), or tasks of the array did (its task table).
+        if (message.type === "pipeline.update" || message.type === "job.tasks") {
+          refresh();
+          return;
+        }
         if (message.type !== "job.update") return;
         const region = document.getElementById("job-live");
         if (!region) return;
