@@ -83,6 +83,11 @@ def database_restore_check(*, heartbeat: bool = False, now: datetime | None = No
     own at `now`: in a later backup of it, that moment tells from when on Slurm must be searched.
     """
     now = now or timezone.now()
+    if connection.in_atomic_block:
+        # Inside another transaction the row would be written by a savepoint, whose transaction id is not the one
+        # txid_current() names: the next check would take the database for a restored copy. The check is made in
+        # a transaction of its own (beat's, the workers'); here it does nothing.
+        return None
     identity = _identity_read(lock=False)
     if identity is not None and not _is_restored_copy(identity):
         if heartbeat:

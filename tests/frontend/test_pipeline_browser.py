@@ -13,6 +13,7 @@ import pytest
 from clusters.models import ClusterAccount
 from jobs.job_services import JobRequest, job_submit
 from jobs.models import Job, JobState
+from tests.conftest import SentTask
 from tests.factories import (
     add_project_member,
     grant_allocation,
@@ -26,8 +27,10 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 def test_a_pipeline_step_is_picked_on_the_form_drawn_on_its_page_and_its_parents_cancel_says_what_follows(
-    open_page: Any, screenshot: Any, tmp_path: Path
+    open_page: Any, screenshot: Any, tmp_path: Path, sent_tasks: list[SentTask]
 ) -> None:
+    # `sent_tasks`: the jobs stay queued; a worker an earlier test left running would otherwise try to deliver them
+    # to this cluster, which has no key, and reject the parent before the form names it.
     cluster = make_matrix_cluster("pipebrowser")
     cluster.log_root = str(tmp_path)
     cluster.save(update_fields=["log_root"])

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from clusters.clients import slurm_client_for
@@ -353,3 +353,18 @@ def test_a_delivery_message_for_a_job_the_restore_lost_before_slurm_had_it_is_re
     out = io.StringIO()
     call_command("restore_check", stdout=out)
     assert f"NOT REBUILT: job {stale_message_for} was accepted after the backup" in out.getvalue()
+
+
+def test_a_check_inside_another_transaction_neither_writes_nor_notices_a_restore() -> None:
+    """Inside another transaction the identity row would be written by a savepoint, whose transaction id is not the
+    one the row names, and the next check would take the database for a restored copy."""
+    with transaction.atomic():
+        assert database_restore_check() is None
+        assert database_restore_check() is None
+    assert not DatabaseIdentity.objects.exists()
+    assert not DatabaseRestore.objects.exists()
+    # In a transaction of its own (beat's, a worker's) the check records the database and a repeat notices nothing.
+    assert database_restore_check() is None
+    assert database_restore_check() is None
+    assert DatabaseIdentity.objects.count() == 1
+    assert not DatabaseRestore.objects.exists()
