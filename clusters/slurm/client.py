@@ -522,13 +522,14 @@ class SlurmClient:
         payload: Json | None,
     ) -> httpx.Response:
         try:
-            response = self._http.request(
-                method,
-                path,
-                params=params,
-                content=json.dumps(payload) if payload is not None else None,
-                headers={**self._headers(user), **({"Content-Type": "application/json"} if payload else {})},
-            )
+            try:
+                response = self._request(method, path, user=user, params=params, payload=payload)
+            except (httpx.ReadError, httpx.RemoteProtocolError):
+                if method != "GET":
+                    raise
+                # A kept-alive connection slurmrestd had closed meanwhile (reset, or closed without an answer): a
+                # read is asked again once, on a new connection. A write is not: it may have been carried out.
+                response = self._request(method, path, user=user, params=params, payload=payload)
         except httpx.TimeoutException as exc:
             raise SlurmTimeout(
                 f"slurmrestd at {self.base_url} did not answer {method} {path} within {self.timeout_seconds:g}s"
@@ -543,6 +544,17 @@ class SlurmClient:
         if response.status_code == 404 and not self._is_json(response):
             raise SlurmNotFound(f"slurmrestd has no {path}: {response.text.strip()[:200]}", status_code=404)
         return response
+
+    def _request(
+        self, method: str, path: str, *, user: str, params: Mapping[str, str] | None, payload: Json | None
+    ) -> httpx.Response:
+        return self._http.request(
+            method,
+            path,
+            params=params,
+            content=json.dumps(payload) if payload is not None else None,
+            headers={**self._headers(user), **({"Content-Type": "application/json"} if payload else {})},
+        )
 
     @staticmethod
     def _is_json(response: httpx.Response) -> bool:

@@ -264,3 +264,30 @@ def test_a_cancel_refused_in_the_per_job_status_is_an_error_unless_the_job_is_al
             client.cancel_job(user="bob", job_id=7)
     else:
         client.cancel_job(user="bob", job_id=7)  # already completing: nothing to cancel, no error
+
+
+def test_a_read_on_a_connection_slurmrestd_had_closed_is_asked_again_once_and_a_write_never(key_file: Path) -> None:
+    calls: list[str] = []
+
+    def reset_once(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        if len(calls) == 1:
+            raise httpx.ReadError("[Errno 104] Connection reset by peer", request=request)
+        return v38_reply(200, [], jobs=[])
+
+    reader = client_with(httpx.MockTransport(reset_once), key_file)
+    assert reader.list_jobs() is not None
+    assert calls == ["GET", "GET"]
+
+    def always_reset(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        raise httpx.ReadError("[Errno 104] Connection reset by peer", request=request)
+
+    calls.clear()
+    with pytest.raises(SlurmUnavailable):
+        client_with(httpx.MockTransport(always_reset), key_file).list_jobs()
+    assert calls == ["GET", "GET"]  # once again, not more
+    calls.clear()
+    with pytest.raises(SlurmUnavailable):
+        client_with(httpx.MockTransport(always_reset), key_file).cancel_job(user="alice", job_id=7)
+    assert calls == ["DELETE"]
