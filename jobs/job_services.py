@@ -245,7 +245,7 @@ def job_submit_accepted(
     now = timezone.now()
     try:
         with transaction.atomic():
-            accepted = _job_create(
+            job = _job_new(
                 job_id=job_id,
                 user=user,
                 project=project,
@@ -256,8 +256,8 @@ def job_submit_accepted(
                 now=now,
                 idempotency_key=request.idempotency_key,
                 rerun_of=request.rerun_of,
-                parents=parents,
             )
+            accepted = _job_create(job, values=values, now=now, parents=parents)
     except IntegrityError:
         # The key was used before (a retry), or raced in from a parallel request: the first one won. The unique
         # constraint answers this, so a new key costs no lookup.
@@ -507,32 +507,12 @@ def _job_new(
 
 
 def _job_create(
-    *,
-    job_id: uuid.UUID,
-    user: User,
-    project: Project,
-    cluster: Cluster,
-    username: str,
-    values: dict[str, Any],
-    paths: JobPaths,
-    now: datetime,
-    idempotency_key: str,
-    rerun_of: uuid.UUID | None = None,
-    parents: list[tuple[Job, str]] | None = None,
+    job: Job, *, values: dict[str, Any], now: datetime, parents: list[tuple[Job, str]] | None = None
 ) -> Accepted:
+    """Store a job `_job_new` built, with its array tasks, dependencies, first transition, audit event and
+    reservation, and hand it to the workers."""
+    user, project, cluster = job.user, job.project, job.cluster
     spec: ArraySpec | None = values["array_spec"]
-    job = _job_new(
-        job_id=job_id,
-        user=user,
-        project=project,
-        cluster=cluster,
-        username=username,
-        values=values,
-        paths=paths,
-        now=now,
-        idempotency_key=idempotency_key,
-        rerun_of=rerun_of,
-    )
     job.save(force_insert=True)
     if spec is not None:
         JobArrayTask.objects.bulk_create(
