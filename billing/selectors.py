@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Max, QuerySet, Sum
 from django.db.models.functions import TruncMonth
 from django.http import Http404
 
@@ -37,6 +37,36 @@ def rate_get(*, rate_id: int) -> Rate:
     if rate is None:
         raise Http404(f"No rate {rate_id} exists; list them with GET /api/v1/rates/.")
     return rate
+
+
+@dataclass(frozen=True)
+class RateChainPricedUntil:
+    """How far a chain of rates (a cluster's GPU type, or "" for its any-type rates) has priced usage."""
+
+    cluster_name: str
+    gpu_type: str
+    until: datetime
+
+
+def rate_chain_priced_until_list() -> list[RateChainPricedUntil]:
+    """Per chain, the end of the usage it already priced: a new rate of that chain may start no earlier.
+
+    The same rule as billing.rates: a typed chain counts every priced usage of its GPU type (also what an
+    any-type rate priced), the any-type chain only what any-type rates priced.
+    """
+    shares = UsageShare.objects.order_by()
+    typed = shares.values("cluster__name", "gpu_type").annotate(until=Max("ends_at"))
+    any_type = shares.filter(rate__gpu_type="").values("cluster__name").annotate(until=Max("ends_at"))
+    chains = [
+        RateChainPricedUntil(row["cluster__name"], row["gpu_type"], row["until"]) for row in typed if row["gpu_type"]
+    ]
+    chains += [RateChainPricedUntil(row["cluster__name"], "", row["until"]) for row in any_type]
+    return sorted(chains, key=lambda chain: (chain.cluster_name, chain.gpu_type))
+
+
+def rate_currency_by_cluster() -> dict[str, str]:
+    """The currency each cluster prices in (a cluster prices in one), for clusters that have rates."""
+    return dict(Rate.objects.order_by().values_list("cluster__name", "currency").distinct())
 
 
 def invoice_list_for_user(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -97,6 +98,55 @@ def cluster_register(
             Cluster.objects.filter(pk=cluster.pk).update(inventory_synced_at=now)
         transaction.on_commit(lambda: _push_status(cluster_pk=cluster.pk))
     return cluster, created
+
+
+def _cluster_connection_state(cluster: Cluster) -> dict[str, str]:
+    return {
+        "name": cluster.name,
+        "slurmrestd_url": cluster.slurmrestd_url,
+        "jwt_key_file": cluster.jwt_key_file,
+        "admin_user": cluster.admin_user,
+        "log_root": cluster.log_root,
+    }
+
+
+def cluster_create(
+    *, actor: Actor, name: str, slurmrestd_url: str, jwt_key_file: str, admin_user: str, log_root: str
+) -> Cluster:
+    """Register a new cluster from the admin console, then have a worker check it.
+
+    The web tier never reads the cluster's key (it is root on the cluster), so nothing is probed here: the
+    connection is stored as `cluster_add --no-check` stores it, and the worker's check records the version,
+    health and inventory that the console then shows.
+    """
+    if Cluster.objects.filter(name=name).exists():
+        raise ValidationError({"name": [f"A cluster '{name}' is already registered; choose another name."]})
+    with transaction.atomic():
+        cluster, _ = cluster_register(
+            name=name,
+            probe=None,
+            slurmrestd_url=slurmrestd_url,
+            jwt_key_file=jwt_key_file,
+            admin_user=admin_user,
+            log_root=log_root,
+        )
+        audit_record(
+            actor=actor,
+            action="cluster.registered",
+            target=cluster,
+            tenant=None,
+            before=None,
+            after=_cluster_connection_state(cluster),
+        )
+        cluster_check_request(cluster=cluster)
+    return cluster
+
+
+def cluster_check_request(*, cluster: Cluster) -> None:
+    """Have a worker check the cluster now (ping, version, inventory) instead of at the next periodic sync."""
+    task_enqueue_on_commit(
+        "clusters.tasks.cluster_sync", cluster.pk, fallback="the periodic health check runs within a minute"
+    )
 
 
 def cluster_check(*, cluster: Cluster, client: SlurmClient) -> bool:

@@ -1,6 +1,6 @@
 """Browser pages for the admins' workflows: the queue of quota requests (portal admins, and tenant admins for
 their tenants) under /requests/, and, for portal admins only, under /staff/: an overview, allocations, rates,
-clusters' health, Slurm drift reports and reconciliation reports.
+Slurm drift reports and reconciliation reports.
 
 The pages parse forms and call the same services as the API; the rules (who may decide, overlapping rates,
 pools too small) stay in the services, whose errors are shown beside the field they concern or above the form.
@@ -33,7 +33,7 @@ from billing.reconciliation import (
     reconciliation_report_list_for_user,
     reconciliation_report_request,
 )
-from billing.selectors import rate_get, rate_list
+from billing.selectors import rate_chain_priced_until_list, rate_currency_by_cluster, rate_get, rate_list
 from clusters.models import Cluster, SlurmDriftKind
 from clusters.selectors import cluster_list_active, slurm_drift_report_list
 from portal.errors import Conflict
@@ -435,8 +435,31 @@ def allocation_grant_page(request: HttpRequest, allocation_id: int) -> HttpRespo
 # Rates -------------------------------------------------------------------------------------------------
 
 
+# The rule of billing.rates, shown on the forms that set a rate's start.
+PRICED_USAGE_RULE = (
+    "A new rate never changes past charges: it may not start before the end of the usage already priced for its "
+    "cluster and GPU type (listed on the rates page)."
+)
+
+
 class RateEditForm(forms.Form):
-    price_per_gpu_hour = forms.DecimalField(label="Price per GPU-hour", max_digits=12, decimal_places=4, min_value=0)
+    # A number input with the model's 4 decimals and no negatives; text typed past the browser is refused by name.
+    price_per_gpu_hour = forms.DecimalField(
+        label="Price per GPU-hour",
+        max_digits=12,
+        decimal_places=4,
+        min_value=0,
+        widget=forms.NumberInput(attrs={"inputmode": "decimal"}),
+        help_text="In the cluster's currency, with up to 4 decimals, e.g. 2.50.",
+        error_messages={
+            "required": "Give the price of one GPU-hour, e.g. 2.50.",
+            "invalid": "Give the price as a number, e.g. 2.50: digits and a decimal point only, no currency or words.",
+            "max_decimal_places": "Give at most 4 decimals, e.g. 2.1250.",
+            "max_digits": "Give a price under 100000000, with at most 4 decimals.",
+            "max_whole_digits": "Give a price under 100000000.",
+            "min_value": "A price cannot be negative; 0 makes the GPU-hours free.",
+        },
+    )
     currency = forms.RegexField(
         label="Currency",
         regex=r"^[A-Za-z]{3}$",
@@ -444,7 +467,11 @@ class RateEditForm(forms.Form):
         error_messages={"invalid": "Give an ISO 4217 code, e.g. EUR."},
         help_text="A cluster prices in one currency.",
     )
-    valid_from = MomentField(label="Valid from")
+    valid_from = MomentField(
+        label="Valid from",
+        help_text="A date (midnight UTC), e.g. 2026-12-01, or a date and time, e.g. 2026-12-01T08:00. "
+        + PRICED_USAGE_RULE,
+    )
     note = forms.CharField(label="Note", required=False, max_length=300)
 
 
@@ -506,7 +533,14 @@ def rates(request: HttpRequest) -> HttpResponse:
             status = 400
         _mark_errors(form)
     page = _page(request, rate_list())
-    context = {"page": page, "rows": _rate_rows(list(page)), "form": form, "query": _query_without_page(request)}
+    context = {
+        "page": page,
+        "rows": _rate_rows(list(page)),
+        "form": form,
+        "query": _query_without_page(request),
+        "priced_until": rate_chain_priced_until_list(),
+        "currencies": sorted(rate_currency_by_cluster().items()),
+    }
     return render(request, "frontend/staff/rates.html", context, status=status)
 
 
@@ -561,14 +595,6 @@ def rate_delete(request: HttpRequest, rate_id: int) -> HttpResponse:
 
 
 # Clusters and drift ------------------------------------------------------------------------------------
-
-
-@require_safe
-@login_required
-def clusters(request: HttpRequest) -> HttpResponse:
-    _require_portal_admin(request.user)
-    found = cluster_list_active().prefetch_related("gpu_types")
-    return render(request, "frontend/staff/clusters.html", {"clusters": list(found)})
 
 
 @require_safe
@@ -670,7 +696,6 @@ urlpatterns = [
     path("staff/rates/", rates, name="staff-rates"),
     path("staff/rates/<int:rate_id>/", rate_edit, name="staff-rate"),
     path("staff/rates/<int:rate_id>/delete/", rate_delete, name="staff-rate-delete"),
-    path("staff/clusters/", clusters, name="staff-clusters"),
     path("staff/drift/", drift_reports, name="staff-drift"),
     path("staff/reconciliation/", reconciliation_reports, name="staff-reconciliation"),
     path("staff/reconciliation/<int:report_id>/", reconciliation_report, name="staff-reconciliation-report"),

@@ -1,13 +1,22 @@
 """Browser pages. Login and logout are Django's own views (login limited against guessing, logout going on to
 the OpenID provider a person signed in with, see login_views); sign-in through OpenID providers is
 django-allauth's (tenants/oidc.py). Each area of the portal lists its pages in its own module (views for the
-dashboard, job_views, cluster_views, project_views, billing_views, staff_views)."""
+dashboard, job_views, cluster_views, project_views, billing_views, staff_views, staff_console_views)."""
 
 from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from frontend import billing_views, cluster_views, job_views, project_views, staff_views, two_factor_views, views
+from frontend import (
+    billing_views,
+    cluster_views,
+    job_views,
+    project_views,
+    staff_console_views,
+    staff_views,
+    two_factor_views,
+    views,
+)
 from frontend.login_views import LoginView, LogoutView
 from tenants.oidc import sign_in_callback, sign_in_start
 
@@ -25,4 +34,5 @@ urlpatterns: list[URLPattern] = [
     *project_views.urlpatterns,
     *billing_views.urlpatterns,
     *staff_views.urlpatterns,
+    *staff_console_views.urlpatterns,
 ]
