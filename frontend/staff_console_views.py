@@ -8,6 +8,7 @@ services make is written to the audit log in the same transaction.
 
 from __future__ import annotations
 
+from datetime import datetime
 from urllib.parse import urlencode
 
 from django import forms
@@ -257,10 +258,15 @@ class ClusterRegisterForm(forms.Form):
         error_messages={"invalid": "Use letters, digits, hyphens and underscores only, e.g. north."},
     )
     slurmrestd_url = forms.URLField(
+        assume_scheme="http",
         label="slurmrestd URL",
         max_length=200,
-        help_text="slurmrestd's base URL, e.g. http://slurm-head:6820.",
-        error_messages={"invalid": "Give a URL with its scheme, e.g. http://slurm-head:6820."},
+        help_text="slurmrestd's base URL, e.g. http://slurm-head.example.org:6820 (a host name with its domain, "
+        "or an IP address).",
+        error_messages={
+            "invalid": "Give a URL with its scheme and a full host name or IP address, "
+            "e.g. http://slurm-head.example.org:6820."
+        },
     )
     jwt_key_file = forms.CharField(
         label="JWT key file",
@@ -307,7 +313,7 @@ def clusters(request: HttpRequest) -> HttpResponse:
             status = _service_error(form, error)
         else:
             messages.success(request, f"Cluster {cluster.name} registered; a worker is checking it now.")
-            return redirect("staff-cluster", name=cluster.name)
+            return redirect("staff-cluster", cluster=cluster.name)
     _mark_errors(form)
     return _clusters_page(request, form, status)
 
@@ -319,40 +325,46 @@ def _cluster(name: str) -> Cluster:
     return cluster
 
 
+def _asked_at(text: str) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else None
+
+
 @require_safe
 @login_required
-def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
+def cluster_detail(request: HttpRequest, cluster: str) -> HttpResponse:
     """What the workers last recorded of a cluster: reachable or not, its versions, partitions and GPU types.
 
     With `?since=` (the moment a check was asked for) the status part reloads itself until the check answered.
     """
     _require_portal_admin(request.user)
-    cluster = _cluster(name)
-    since = request.GET.get("since", "")
-    waiting = bool(since) and (cluster.last_ping_at is None or cluster.last_ping_at.isoformat() < since)
+    found = _cluster(cluster)
+    asked_at = _asked_at(request.GET.get("since", ""))
+    waiting = asked_at is not None and (found.last_ping_at is None or found.last_ping_at < asked_at)
     context = {
-        "cluster": cluster,
-        "partitions": list(cluster.partitions.order_by("name")),
-        "gpu_types": list(cluster.gpu_types.order_by("name")),
+        "cluster": found,
+        "partitions": list(found.partitions.order_by("name")),
+        "gpu_types": list(found.gpu_types.order_by("name")),
         "waiting": waiting,
-        "since": since,
+        "since": asked_at.isoformat() if asked_at else "",
     }
-    template = (
-        "frontend/staff/_cluster_status.html" if request.headers.get("HX-Request") else "frontend/staff/cluster.html"
-    )
-    return render(request, template, context)
+    partial = request.headers.get("HX-Request") == "true"
+    return render(request, "frontend/staff/_cluster_status.html" if partial else "frontend/staff/cluster.html", context)
 
 
 @require_POST
 @login_required
-def cluster_check(request: HttpRequest, name: str) -> HttpResponse:
+def cluster_check(request: HttpRequest, cluster: str) -> HttpResponse:
     """Have a worker check the cluster now; its page waits for the answer."""
     _require_portal_admin(request.user)
-    cluster = _cluster(name)
+    found = _cluster(cluster)
     asked_at = timezone.now()
-    cluster_check_request(cluster=cluster)
-    messages.info(request, f"A worker is checking {cluster.name}; this page shows its answer when it comes.")
-    return redirect(f"{reverse('staff-cluster', args=[cluster.name])}?{urlencode({'since': asked_at.isoformat()})}")
+    cluster_check_request(cluster=found)
+    messages.info(request, f"A worker is checking {found.name}; this page shows its answer when it comes.")
+    return redirect(f"{reverse('staff-cluster', args=[found.name])}?{urlencode({'since': asked_at.isoformat()})}")
 
 
 # Audit log -----------------------------------------------------------------------------------------------
@@ -385,7 +397,7 @@ urlpatterns = [
     path("staff/tenants/<str:tenant>/projects/", project_create, name="staff-project-create"),
     path("staff/tenants/<str:tenant>/projects/<str:project>/", project_edit, name="staff-project"),
     path("staff/clusters/", clusters, name="staff-clusters"),
-    path("staff/clusters/<str:name>/", cluster_detail, name="staff-cluster"),
-    path("staff/clusters/<str:name>/check/", cluster_check, name="staff-cluster-check"),
+    path("staff/clusters/<str:cluster>/", cluster_detail, name="staff-cluster"),
+    path("staff/clusters/<str:cluster>/check/", cluster_check, name="staff-cluster-check"),
     path("staff/audit/", audit_log, name="staff-audit"),
 ]

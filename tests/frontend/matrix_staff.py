@@ -60,7 +60,39 @@ PAGES: dict[str, dict[str, Case]] = {
         "POST": Case(_staff_post(409), body=_rate, form=True),
     },
     "staff/rates/<int:rate_id>/delete/": {"POST": Case(_staff_post(409), form=True)},
-    "staff/clusters/": {"GET": Case(STAFF_PAGE)},
+    # The console: tenants, projects, clusters and the audit log (portal admins only; POSTs create or change).
+    "staff/tenants/": {
+        "GET": Case(STAFF_PAGE),
+        "POST": Case(_staff_post(), body=lambda w: {"slug": "matrixnew", "name": "Matrix new"}, form=True),
+    },
+    "staff/tenants/<str:tenant>/": {
+        "GET": Case(STAFF_PAGE),
+        "POST": Case(_staff_post(), body=lambda w: {"name": "Matrix renamed", "description": ""}, form=True),
+    },
+    "staff/tenants/<str:tenant>/projects/": {
+        "POST": Case(_staff_post(), body=lambda w: {"slug": "matrixnewproj", "name": "Matrix new"}, form=True),
+    },
+    "staff/tenants/<str:tenant>/projects/<str:project>/": {
+        "GET": Case(STAFF_PAGE),
+        "POST": Case(_staff_post(), body=lambda w: {"name": "Matrix renamed", "description": ""}, form=True),
+    },
+    "staff/clusters/": {
+        "GET": Case(STAFF_PAGE),
+        "POST": Case(
+            _staff_post(),
+            body=lambda w: {
+                "name": "matrixnewcluster",
+                "slurmrestd_url": "http://127.0.0.1:9",
+                "jwt_key_file": "/nonexistent",
+                "admin_user": "root",
+                "log_root": "/tmp/matrix-logs",
+            },
+            form=True,
+        ),
+    },
+    "staff/clusters/<str:cluster>/": {"GET": Case(STAFF_PAGE)},
+    "staff/clusters/<str:cluster>/check/": {"POST": Case(_staff_post(), form=True)},
+    "staff/audit/": {"GET": Case(STAFF_PAGE)},
     "staff/drift/": {"GET": Case(STAFF_PAGE)},
     # The period ends before the world's usage; the report only gets queued (the worker runs on commit).
     "staff/reconciliation/": {
