@@ -127,6 +127,10 @@ class ProjectEditForm(forms.Form):
     description = forms.CharField(label="Description", required=False, widget=forms.Textarea(attrs={"rows": 3}))
 
 
+# The tenant's page holds the tenant's form and this one: their inputs need ids of their own.
+PROJECT_FORM_IDS = "id_project_%s"
+
+
 class ProjectCreateForm(ProjectEditForm):
     slug = forms.CharField(
         label="Slug",
@@ -150,7 +154,7 @@ def _tenant_page(
     context = {
         "tenant": tenant,
         "form": form or TenantEditForm(initial={"name": tenant.name, "description": tenant.description}),
-        "project_form": project_form or ProjectCreateForm(),
+        "project_form": project_form or ProjectCreateForm(auto_id=PROJECT_FORM_IDS),
         "page": _page(request, projects),
         "query": _query_without_page(request),
         "member_count": tenant.memberships.count(),
@@ -190,7 +194,7 @@ def project_create(request: HttpRequest, tenant: str) -> HttpResponse:
     user = request.user
     _require_portal_admin(user)
     found = _tenant(tenant)
-    form = ProjectCreateForm(request.POST)
+    form = ProjectCreateForm(request.POST, auto_id=PROJECT_FORM_IDS)
     status = 400
     if form.is_valid():
         data = form.cleaned_data

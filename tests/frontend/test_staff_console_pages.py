@@ -224,8 +224,8 @@ def test_a_project_with_a_taken_or_bad_slug_is_refused_beside_its_field(world: W
     assert taken.status_code == 400
     html = _html(taken)
     assert (
-        '<p class="field-error" id="id_slug-error">Tenant &#x27;acme&#x27; already has a project &#x27;vision&#x27;; '
-        "choose another slug.</p>" in html
+        '<p class="field-error" id="id_project_slug-error">Tenant &#x27;acme&#x27; already has a project '
+        "&#x27;vision&#x27;; choose another slug.</p>" in html
     )
     bad = client.post("/staff/tenants/acme/projects/", {"slug": "-x", "name": ""})
     assert bad.status_code == 400
