@@ -247,6 +247,7 @@ def test_editing_a_project_audits_it_and_never_changes_its_slug_or_account(world
     project = Project.objects.get(pk=world.vision.pk)
     assert (project.slug, project.slurm_account, project.name) == ("vision", "acme_vision", "Vision models")
     (event,) = _events("project.updated")
+    assert event.before is not None and event.after is not None
     assert (event.before["name"], event.after["name"]) == ("Test project", "Vision models")
     assert client.get("/staff/tenants/acme/projects/ghost/").status_code == 404
     assert client.get("/staff/tenants/ghost/projects/vision/").status_code == 404
@@ -432,6 +433,7 @@ def test_the_rates_page_shows_how_far_usage_is_priced_and_refuses_a_rate_startin
 
     assert client.post("/staff/rates/", _rate_form(valid_from=f"{until:%Y-%m-%dT%H:%M}")).status_code == 302
     (event,) = _events("rate.create")[-1:]
+    assert event.after is not None
     assert (event.actor_username, event.after["price_per_gpu_hour"]) == ("root", "2.50")
 
 
