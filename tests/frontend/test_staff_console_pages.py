@@ -247,7 +247,8 @@ def test_editing_a_project_audits_it_and_never_changes_its_slug_or_account(world
     project = Project.objects.get(pk=world.vision.pk)
     assert (project.slug, project.slurm_account, project.name) == ("vision", "acme_vision", "Vision models")
     (event,) = _events("project.updated")
-    assert event.before is not None and event.after is not None
+    assert event.before is not None
+    assert event.after is not None
     assert (event.before["name"], event.after["name"]) == ("Test project", "Vision models")
     assert client.get("/staff/tenants/acme/projects/ghost/").status_code == 404
     assert client.get("/staff/tenants/ghost/projects/vision/").status_code == 404
