@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from frontend import billing_views, cluster_views, job_views, project_views, staff_views, two_factor_views, views
+from frontend import (
+    billing_views,
+    cluster_views,
+    job_views,
+    project_views,
+    spend_views,
+    staff_views,
+    two_factor_views,
+    views,
+)
 from frontend.login_views import LoginView, LogoutView
 from tenants.oidc import sign_in_callback, sign_in_start
 
@@ -24,5 +33,6 @@ urlpatterns: list[URLPattern] = [
     *cluster_views.urlpatterns,
     *project_views.urlpatterns,
     *billing_views.urlpatterns,
+    *spend_views.urlpatterns,
     *staff_views.urlpatterns,
 ]

@@ -60,6 +60,8 @@ PAGES: dict[str, dict[str, Case]] = {
         "POST": Case(_staff_post(409), body=_rate, form=True),
     },
     "staff/rates/<int:rate_id>/delete/": {"POST": Case(_staff_post(409), form=True)},
+    # Every tenant's spend (the world's usage is last month's: this month's page compares against it).
+    "staff/spend/": {"GET": Case(STAFF_PAGE)},
     "staff/clusters/": {"GET": Case(STAFF_PAGE)},
     "staff/drift/": {"GET": Case(STAFF_PAGE)},
     # The period ends before the world's usage; the report only gets queued (the worker runs on commit).
