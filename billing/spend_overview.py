@@ -36,6 +36,11 @@ class SpendGroupBy(enum.Enum):
     def label(self) -> str:
         return {"tenant": "Tenant", "project": "Project", "cluster": "Cluster", "gpu_type": "GPU type"}[self.value]
 
+    @property
+    def noun(self) -> str:
+        """The label inside a sentence ("spend per GPU type")."""
+        return "GPU type" if self is SpendGroupBy.GPU_TYPE else self.value
+
 
 def _group_name(group_by: SpendGroupBy, row: dict[str, Any]) -> str:
     if group_by is SpendGroupBy.TENANT:
