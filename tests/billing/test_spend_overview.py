@@ -8,7 +8,9 @@ from datetime import date
 from decimal import Decimal
 
 import pytest
+from django.db import connection
 from django.db.models import Sum
+from django.test.utils import CaptureQueriesContext
 
 from billing.invoices import invoice_finalise
 from billing.models import Invoice, InvoiceState
@@ -163,3 +165,12 @@ def test_a_period_and_its_previous_one_without_usage_have_no_groups_and_no_curre
 )
 def test_the_previous_period(start: date, end: date, previous: tuple[date, date]) -> None:
     assert previous_period(start, end) == previous
+
+
+def test_the_overview_is_two_queries_whatever_the_usage() -> None:
+    world = InvoiceWorld()
+
+    with CaptureQueriesContext(connection) as queries:
+        spend_overview(scope=SpendScope(), group_by=SpendGroupBy.PROJECT, start=world.before, end=world.month)
+
+    assert len(queries) == 2  # this period's daily sums per invoice line, and the previous period's
