@@ -11,7 +11,8 @@ and every closed month's invoices built by `invoices_build`.
 Then every route of the history (job lists in the browser and the API, filtered and 50 pages deep, a job, the
 dashboard, a project page, spend, usage and burn-down, billing and an invoice) is requested through Django's test
 client, signed in as alice (acme's tenant admin: 70% of the jobs are acme's) and as bob (a member of acme/vision:
-45%), and its p50/p95 in ms and its SQL queries per request are printed, the sizes side by side.
+45%), and the spend overview of every tenant as admin (a portal admin); each route's p50/p95 in ms and its SQL
+queries per request are printed, the sizes side by side.
 
 Usage: python bench/history.py [--jobs 10000,1000000] [--requests 20] [--reuse]
 Run it under `flock -w 900 /tmp/gpuportal-live.lock` (README, "Benchmarks").
@@ -63,6 +64,12 @@ ROUTES: list[tuple[str, str, tuple[str, ...]]] = [
     ("GET /api/v1/invoices/<id>/", "/api/v1/invoices/{invoice_id}/", ("alice",)),
     ("GET /api/v1/spend/top/?tenant=acme&by=user", "/api/v1/spend/top/?tenant=acme&by=user", ("alice",)),
     ("GET /api/v1/spend/daily/?tenant=acme", "/api/v1/spend/daily/?tenant=acme", ("alice",)),
+    # The spend overview: every tenant's for the portal admin (this month, and a closed month by project), and
+    # acme's own for its admin.
+    ("page /staff/spend/", "/staff/spend/", ("admin",)),
+    ("page /staff/spend/?group=project&month=<last>", "/staff/spend/?group=project&month={last_month}", ("admin",)),
+    ("page /staff/spend/?group=gpu_type (a year)", "/staff/spend/?group=gpu_type&from={year_ago}", ("admin",)),
+    ("page /billing/spend/?group=cluster", "/billing/spend/?group=cluster", ("alice",)),
 ]
 WARMUP_REQUESTS = 3
 
@@ -343,13 +350,13 @@ INSERT INTO jobs_job (id, project_id, cluster_id, user_id, cluster_username, is_
     gpu_type, gpus, time_limit_minutes, script, environment, template_id, idempotency_key, request_id,
     working_directory, stdout_path, stderr_path, state, slurm_state, state_reason, last_error, slurm_job_id,
     slurm_submit_time, nodes, exit_code, submit_attempts, created_at, submitted_at, started_at, ended_at,
-    updated_at, gpu_indices, "array", array_progress, array_task_count)
+    updated_at, gpu_indices, "array", array_progress, array_task_count, slurm_dependency, node_count, switches)
 SELECT job_id, project_id, %(cluster)s, user_id, username, false, 'train-' || (n %% 997), gpu_type, gpu_type,
     gpus, 180, E'#!/bin/bash\\npython train.py\\n', '{}', '', '', '', '/home/' || username,
     '/var/log/jobs/' || job_id || '.out', '/var/log/jobs/' || job_id || '.err', state, upper(state), '', '',
     1000000 + n, created_at + interval '2 seconds', 'gpu' || (n %% 4 + 1),
     CASE WHEN state = 'completed' THEN 0 ELSE 1 END, 1, created_at, created_at + interval '2 seconds',
-    started_at, ended_at, ended_at, '{}', '', '{}', 0
+    started_at, ended_at, ended_at, '{}', '', '{}', 0, '', 1, '[]'
 FROM history_rows ORDER BY n;
 
 INSERT INTO jobs_jobtransition (job_id, from_state, to_state, at, detail)
@@ -506,7 +513,12 @@ def _measure(*, requests: int) -> dict[str, dict[str, Any]]:
     allocation = Allocation.objects.filter(project__slug="vision", cluster__name="local").order_by("-starts_on")[0]
     invoice = Invoice.objects.filter(tenant__slug="acme").order_by("-month").first()
     figures: dict[str, dict[str, Any]] = {}
-    for username in ("alice", "bob"):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    today = timezone.now().date()
+    for username in ("alice", "bob", "admin"):
         client = Client()
         client.force_login(get_user_model().objects.get(username=username))
         values = {
@@ -516,6 +528,8 @@ def _measure(*, requests: int) -> dict[str, dict[str, Any]]:
             "invoice_id": invoice.pk if invoice else 0,
             "jobs_page_50": _page_deep(client, "/jobs/", 50),
             "api_jobs_page_50": _page_deep(client, "/api/v1/jobs/", 50),
+            "last_month": f"{today.replace(day=1) - timedelta(days=1):%Y-%m}",
+            "year_ago": f"{today - timedelta(days=365)}",
         }
         for label, template, users in ROUTES:
             if username not in users:

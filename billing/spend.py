@@ -106,7 +106,7 @@ def spend_period(*, start: date | None, end: date | None, today: date) -> tuple[
     return start, end
 
 
-def _currency_chosen(*, found: set[str], asked: str | None, scope: SpendScope) -> str | None:
+def currency_chosen(*, found: set[str], asked: str | None, scope: SpendScope) -> str | None:
     """The currency to show: the one asked for, else the only one the usage has (None when there is no usage)."""
     if asked:
         return asked.upper()
@@ -159,7 +159,7 @@ def spend_daily(*, scope: SpendScope, start: date, end: date, currency: str | No
     """
     shares = scope.shares(start=start, end=end)
     rows = list(usage_per_line(shares, "day"))
-    chosen = _currency_chosen(found={row["currency"] for row in rows}, asked=currency, scope=scope)
+    chosen = currency_chosen(found={row["currency"] for row in rows}, asked=currency, scope=scope)
     rows = [row for row in rows if row["currency"] == chosen]
     by_day: dict[date, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
@@ -242,7 +242,7 @@ def spend_top(
         shares = shares.annotate(posix_user=posix_user)
         spender = ("user_id", "user__username", "posix_user")
     rows = list(usage_per_line(shares, *spender))
-    chosen = _currency_chosen(found={row["currency"] for row in rows}, asked=currency, scope=scope)
+    chosen = currency_chosen(found={row["currency"] for row in rows}, asked=currency, scope=scope)
     by_spender: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         if row["currency"] == chosen:

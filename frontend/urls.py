@@ -12,6 +12,7 @@ from frontend import (
     cluster_views,
     job_views,
     project_views,
+    spend_views,
     staff_console_views,
     staff_views,
     two_factor_views,
@@ -33,6 +34,7 @@ urlpatterns: list[URLPattern] = [
     *cluster_views.urlpatterns,
     *project_views.urlpatterns,
     *billing_views.urlpatterns,
+    *spend_views.urlpatterns,
     *staff_views.urlpatterns,
     *staff_console_views.urlpatterns,
 ]

@@ -11,5 +11,7 @@ PAGES: dict[str, dict[str, Case]] = {
     # Invoices are the tenant admins' (and portal admins'); everyone else is told they do not exist.
     # The efficiency report follows the spend's rules; a portal admin's default is every tenant's.
     "billing/efficiency/": {"GET": Case(page_only(200, ("manager", *TENANT_ADMINS)) | {"outsider": 200})},
+    # The spend overview of one tenant or project: the billing page's rules (the outsider sees its own tenant).
+    "billing/spend/": {"GET": Case(page_only(200, ("manager", *TENANT_ADMINS)) | {"outsider": 200})},
     "billing/invoices/<int:invoice_id>/": {"GET": Case(page_only(200, TENANT_ADMINS, denied=404))},
 }

@@ -93,6 +93,8 @@ PAGES: dict[str, dict[str, Case]] = {
     "staff/clusters/<str:cluster>/": {"GET": Case(STAFF_PAGE)},
     "staff/clusters/<str:cluster>/check/": {"POST": Case(_staff_post(), form=True)},
     "staff/audit/": {"GET": Case(STAFF_PAGE)},
+    # Every tenant's spend (the world's usage is last month's: this month's page compares against it).
+    "staff/spend/": {"GET": Case(STAFF_PAGE)},
     "staff/drift/": {"GET": Case(STAFF_PAGE)},
     # The period ends before the world's usage; the report only gets queued (the worker runs on commit).
     "staff/reconciliation/": {
