@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from frontend import billing_views, cluster_views, job_views, project_views, staff_views, two_factor_views, views
+from frontend import (
+    account_views,
+    billing_views,
+    cluster_views,
+    job_views,
+    project_views,
+    staff_views,
+    two_factor_views,
+    views,
+)
 from frontend.login_views import LoginView, LogoutView
 from tenants.oidc import sign_in_callback, sign_in_start
 
@@ -19,6 +28,7 @@ urlpatterns: list[URLPattern] = [
     path("oidc/<str:provider_id>/login/", sign_in_start, name="openid_connect_login"),
     path("oidc/<str:provider_id>/login/callback/", sign_in_callback, name="openid_connect_callback"),
     *two_factor_views.urlpatterns,
+    *account_views.urlpatterns,
     *views.urlpatterns,
     *job_views.urlpatterns,
     *cluster_views.urlpatterns,
