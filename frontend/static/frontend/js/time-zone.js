@@ -21,7 +21,7 @@ window.PortalTime = (function () {
 
   function cookie() {
     const match = document.cookie.match(new RegExp(`(?:^|; )${COOKIE}=([^;]*)`));
-    return match ? decodeURIComponent(match[1]) : "";
+    return match ? match[1] : "";
   }
 
   // The wall-clock parts of a moment in a zone, and the zone's offset then (minutes east of UTC).
@@ -72,9 +72,10 @@ window.PortalTime = (function () {
   // chose) is drawn again, so that its times are in the reader's zone from the first page on.
   function report() {
     const zone = browserZone();
-    if (!zone || cookie() === zone) return;
+    // Zone names are letters, digits and "/_+-": written as they are, which the server reads without decoding.
+    if (!/^[A-Za-z0-9/_+-]+$/.test(zone) || cookie() === zone) return;
     const secure = window.location.protocol === "https:" ? "; Secure" : "";
-    document.cookie = `${COOKIE}=${encodeURIComponent(zone)}; Path=/; Max-Age=31536000; SameSite=Lax${secure}`;
+    document.cookie = `${COOKIE}=${zone}; Path=/; Max-Age=31536000; SameSite=Lax${secure}`;
     const body = document.body;
     if (cookie() !== zone || !body || body.dataset.timeZoneRedraw !== "true") return;
     if (body.dataset.timeZone !== zone && document.querySelector("time")) window.location.reload();
