@@ -17,6 +17,7 @@ from tests.factories import make_job
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 SUBMITTED = datetime(2026, 7, 1, 13, 5, tzinfo=UTC)
+NAVIGATION_TYPE = "performance.getEntriesByType('navigation')[0].type"
 
 
 def test_a_job_shows_tokyo_time_in_a_tokyo_browser_then_berlin_time_once_chosen(
@@ -31,6 +32,7 @@ def test_a_job_shows_tokyo_time_in_a_tokyo_browser_then_berlin_time_once_chosen(
     # The first page was drawn in UTC, before the portal knew the browser's zone; it is drawn again in Tokyo's.
     expect(page.locator(accepted)).to_have_text("2026-07-01 22:05 UTC+09:00")
     expect(page.locator("body")).to_have_attribute("data-time-zone", "Asia/Tokyo")
+    assert page.evaluate(NAVIGATION_TYPE) == "reload"
     assert page.evaluate("PortalTime.format('2026-07-01T13:05:00Z')") == "2026-07-01 22:05 UTC+09:00"
     assert not UserProfile.objects.filter(user=job.user).exists()
     screenshot(page, "job-in-tokyo")
@@ -51,3 +53,14 @@ def test_a_job_shows_tokyo_time_in_a_tokyo_browser_then_berlin_time_once_chosen(
     assert page.evaluate("PortalTime.format('2026-07-01T13:05:00Z')") == "2026-07-01 15:05 UTC+02:00"
     assert page.evaluate("PortalTime.format('2026-11-26T23:30:00Z')") == "2026-11-27 00:30 UTC+01:00"
     screenshot(page, "job-in-berlin")
+
+
+def test_a_browser_whose_zone_reads_as_utc_does_not_draw_the_first_page_again(open_page: Any) -> None:
+    job = make_job(name="zoned", state=JobState.COMPLETED)
+    Job.objects.filter(pk=job.pk).update(created_at=SUBMITTED)
+    page = open_page(job.user, timezone_id="Africa/Abidjan")
+    page.goto(f"/jobs/{job.pk}/")
+    expect(page.locator("dt:text-is('Accepted') + dd time")).to_have_text("2026-07-01 13:05 UTC")
+    # The zone is reported, but Abidjan's times read as UTC's (no offset, ever): the page was not drawn again.
+    assert "portal_time_zone=Africa/Abidjan" in page.evaluate("document.cookie")
+    assert page.evaluate(NAVIGATION_TYPE) == "navigate"

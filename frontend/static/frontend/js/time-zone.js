@@ -68,8 +68,8 @@ window.PortalTime = (function () {
     return `${local.year}-${local.month}-${local.day} ${local.hour}:${local.minute} ${offsetLabel(local.offset)}`;
   }
 
-  // Reports the browser's zone. The first time it changes, a page drawn in another zone (not one the person
-  // chose) is drawn again, so that its times are in the reader's zone from the first page on.
+  // Reports the browser's zone. The first time it changes, a page whose times were drawn in another zone (not
+  // one the person chose) is drawn again, so that its times are in the reader's zone from the first page on.
   function report() {
     const zone = browserZone();
     // Zone names are letters, digits and "/_+-": written as they are, which the server reads without decoding.
@@ -78,7 +78,16 @@ window.PortalTime = (function () {
     document.cookie = `${COOKIE}=${zone}; Path=/; Max-Age=31536000; SameSite=Lax${secure}`;
     const body = document.body;
     if (cookie() !== zone || !body || body.dataset.timeZoneRedraw !== "true") return;
-    if (body.dataset.timeZone !== zone && document.querySelector("time")) window.location.reload();
+    if (readsDifferently(pageZone(), zone)) window.location.reload();
+  }
+
+  // Whether a moment on the page would read otherwise in `zone` ("UTC" and "Etc/UTC" read alike).
+  function readsDifferently(drawnIn, zone) {
+    if (drawnIn === zone) return false;
+    for (const element of document.querySelectorAll("time[datetime*='T']")) {
+      if (format(element.dateTime, drawnIn) !== format(element.dateTime, zone)) return true;
+    }
+    return false;
   }
 
   document.addEventListener("DOMContentLoaded", report);
