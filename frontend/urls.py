@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path
 
 from frontend import (
+    account_views,
     billing_views,
     cluster_views,
     job_views,
@@ -29,6 +30,7 @@ urlpatterns: list[URLPattern] = [
     path("oidc/<str:provider_id>/login/", sign_in_start, name="openid_connect_login"),
     path("oidc/<str:provider_id>/login/callback/", sign_in_callback, name="openid_connect_callback"),
     *two_factor_views.urlpatterns,
+    *account_views.urlpatterns,
     *views.urlpatterns,
     *job_views.urlpatterns,
     *cluster_views.urlpatterns,

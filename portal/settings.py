@@ -114,6 +114,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # After authentication: the person's profile zone, else their browser's, else UTC (frontend/time_zones.py).
+    "frontend.time_zones.time_zone_activate",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -136,6 +138,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "frontend.context_processors.navigation",
+                "frontend.time_zones.time_zone_context",
             ],
         },
     },
@@ -260,6 +263,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Dates and times that templates write without a format of their own: 24-hour, with the zone (portal/formats/).
+FORMAT_MODULE_PATH = ["portal.formats"]
 
 # Signing in: local passwords (the login form, POST /api/v1/tokens/ and the Django admin's form, all through
 # tenants.backends) unless PORTAL_LOCAL_PASSWORDS is false, and the OpenID providers of PORTAL_OIDC_PROVIDERS

@@ -221,3 +221,15 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user}: {self.title}"
+
+
+class UserProfile(models.Model):
+    """A person's own settings. A row exists only once they have saved one; no row means every default."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile")
+    # An IANA zone name ("Europe/Berlin") the portal shows times in; empty: the browser's zone (frontend.time_zones).
+    time_zone = models.CharField(max_length=64, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.time_zone or 'browser time zone'}"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from django import template
-from django.utils import timezone
 
+from frontend.time_zones import clock_text, moment_text
 from quotas.models import Allocation
 from quotas.units import format_gpu_hours
 
@@ -52,8 +52,20 @@ def gpu_hours(gpu_seconds: int | None) -> str:
 
 
 @register.filter
-def utc(moment: datetime | None) -> str:
-    """A moment as "2026-11-21 14:05 UTC" (the portal shows every time in UTC)."""
+def local_time(moment: datetime | None) -> str:
+    """A moment in the page's time zone, 24-hour with its offset: "2026-11-21 15:05 UTC+01:00" (frontend.time_zones)."""
     if moment is None:
         return ""
-    return timezone.localtime(moment, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return moment_text(moment)
+
+
+# The filter's first name, from when the portal showed every time in UTC; templates still use it.
+register.filter("utc", local_time)
+
+
+@register.filter
+def clock_time(moment: datetime | None) -> str:
+    """The time of day of a moment in the page's time zone: "15:05:09 UTC+01:00"."""
+    if moment is None:
+        return ""
+    return clock_text(moment)

@@ -171,12 +171,15 @@ def session_cookie_for(user: Any) -> str:
 
 
 def page_opener(chromium: Any, base_url: str) -> tuple[Callable[..., Any], Callable[[], None]]:
-    """`open_page(user=None, viewport="desktop")` for the portal at `base_url`, and what to call at the end: it
+    """`open_page(user=None, viewport="desktop", timezone_id=None)` for the portal at `base_url` (the browser in
+    `timezone_id`'s zone when given, else the machine's), and what to call at the end: it
     closes the pages' contexts and fails on any CSP violation, uncaught script error or 5xx they saw."""
     opened: list[tuple[Any, PageWatch]] = []
 
-    def opener(user: Any = None, viewport: str = "desktop") -> Any:
-        context = chromium.new_context(base_url=base_url, viewport=VIEWPORTS[viewport], accept_downloads=True)
+    def opener(user: Any = None, viewport: str = "desktop", timezone_id: str | None = None) -> Any:
+        context = chromium.new_context(
+            base_url=base_url, viewport=VIEWPORTS[viewport], accept_downloads=True, timezone_id=timezone_id
+        )
         if user is not None:
             context.add_cookies(
                 [{"name": settings.SESSION_COOKIE_NAME, "value": session_cookie_for(user), "url": base_url}]

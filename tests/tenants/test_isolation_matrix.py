@@ -44,6 +44,7 @@ from tenants.models import (
     ProjectMembership,
     Tenant,
     TenantMembership,
+    UserProfile,
 )
 from tenants.notifications import notifications_send
 from tenants.services import token_create
@@ -173,6 +174,11 @@ MATRIX: dict[str, dict[str, Case]] = {
     # The code step exists only between a right password and the code: without one, back to the login page.
     "login/code/": {"GET": Case(everyone(302, anonymous=302)), "POST": Case(everyone(302, anonymous=302))},
     "account/two-factor/": {"GET": Case(everyone(200, anonymous=302))},  # one's own second factor
+    # One's own profile (time zone); anonymous visitors go to the login page and change nothing.
+    "account/profile/": {
+        "GET": Case(everyone(200, anonymous=302)),
+        "POST": Case(everyone(302, anonymous=302), body=lambda w: {"time_zone": "Europe/Berlin"}, form=True),
+    },
     # Single sign-on is for anyone; the matrix has no provider configured (tests/tenants/test_oidc.py has one).
     "oidc/<str:provider_id>/login/": {
         "GET": Case(everyone(404, anonymous=404)),
@@ -512,6 +518,7 @@ def database_fingerprint() -> str:
         UsageRecord.objects.count(),
         ReconciliationReport.objects.count(),
         AuditEvent.objects.count(),
+        list(UserProfile.objects.order_by("pk").values_list("pk", "user_id", "time_zone")),
     ]
     return hashlib.sha256(repr(rows).encode()).hexdigest()
 

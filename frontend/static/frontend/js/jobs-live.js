@@ -10,14 +10,8 @@
   const FINAL = new Set(["completed", "failed", "cancelled", "timeout", "node_fail", "rejected"]);
 
   function utc(iso) {
-    // "2026-11-21 14:05 UTC", as the server writes times.
-    const moment = new Date(iso);
-    if (Number.isNaN(moment.getTime())) return "";
-    const pad = (n) => String(n).padStart(2, "0");
-    return (
-      `${moment.getUTCFullYear()}-${pad(moment.getUTCMonth() + 1)}-${pad(moment.getUTCDate())} ` +
-      `${pad(moment.getUTCHours())}:${pad(moment.getUTCMinutes())} UTC`
-    );
+    // As the server writes times: in the page's zone, "2026-11-21 15:05 UTC+01:00" (time-zone.js).
+    return window.PortalTime.format(iso);
   }
 
   function timeElement(iso) {
