@@ -15,15 +15,16 @@ from uuid import UUID
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Page, Paginator
 from django.db.models import F, QuerySet, Value
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
+from rest_framework.exceptions import ValidationError as DrfValidationError
 
 from billing.efficiency import job_waste_for
 from billing.estimates import Estimate, estimate_for_request, job_estimate
@@ -34,6 +35,7 @@ from clusters.selectors import cluster_list_active, cluster_list_for_user
 from jobs.end_watches import job_end_watch_set, job_end_watching, pipeline_end_watch_set, pipeline_end_watching
 from jobs.fitting import CoveredShape, covered_shape_choose, free_alternatives
 from jobs.job_services import CANCEL_REASON_MAX_LENGTH, JobRequest, job_cancel, job_submit, job_template_resolve
+from jobs.log_apis import job_log_download
 from jobs.models import ACTIVE_JOB_STATES, DependencyCondition, Job, JobArrayTask, JobState
 from jobs.pipelines import DependencyRequest, Edge, Pipeline, cancel_effects, pipeline_of
 from jobs.reasons import pending_reason_text
@@ -748,9 +750,9 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
             "state": job.state,
             "updated_at": job.updated_at.isoformat(),
         },
+        # The page's own downloads: a file not written yet is a message on this page, not the API's JSON.
         "download": {
-            stream: reverse("api-job-log", args=[job.pk]) + f"?stream={stream}" + log_query.replace("?", "&")
-            for stream in ("stdout", "stderr")
+            stream: reverse("job-log-download", args=[job.pk, stream]) + log_query for stream in ("stdout", "stderr")
         },
     }
     return render(request, "frontend/jobs/detail.html", context)
@@ -861,6 +863,29 @@ def job_cancel_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
     return redirect("job-detail", job_id=job.pk)
 
 
+@require_safe
+@login_required
+def job_log_download_page(request: HttpRequest, job_id: UUID, stream: str) -> HttpResponseBase:
+    """The job's stdout or stderr file as a download; when there is none to send, its page says why."""
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    if stream not in ("stdout", "stderr"):
+        raise Http404(f"A job writes stdout and stderr; '{stream[:20]}' is neither.")
+    asked = request.GET.get("task", "")
+    task = int(asked) if asked.isdigit() else None
+    try:
+        return job_log_download(job=job, stream="stderr" if stream == "stderr" else "stdout", task=task)
+    except (Http404, PermissionDenied) as error:
+        messages.error(request, str(error))
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    except DrfValidationError as error:
+        detail = error.detail
+        texts = [text for field in detail.values() for text in field] if isinstance(detail, dict) else detail
+        messages.error(request, " ".join(str(text) for text in texts))
+    target = reverse("job-detail", args=[job.pk]) + (f"?task={task}" if task is not None else "")
+    return redirect(target + "#log-viewer")
+
+
 @require_POST
 @login_required
 def job_rerun_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
@@ -916,6 +941,7 @@ urlpatterns: list[URLPattern] = [
     path("jobs/new/estimates/", job_estimate_partial, name="job-estimate"),
     path("jobs/<uuid:job_id>/", job_detail_page, name="job-detail"),
     path("jobs/<uuid:job_id>/cancel/", job_cancel_page, name="job-cancel"),
+    path("jobs/<uuid:job_id>/output/<str:stream>/", job_log_download_page, name="job-log-download"),
     path("jobs/<uuid:job_id>/rerun/", job_rerun_page, name="job-rerun"),
     path("jobs/<uuid:job_id>/watch/", job_watch_page, name="job-watch"),
 ]

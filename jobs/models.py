@@ -202,7 +202,7 @@ class Job(models.Model):
         asking (scancel on the cluster, preemption, a dependency never satisfied); empty while not cancelled."""
         if self.cancel_requested_by_id is not None and self.cancel_requested_by is not None:
             return self.cancel_requested_by.username
-        if self.cancel_requested_at is not None:
+        if self.cancel_requested_at is not None or self.cancel_reason:  # a cancel no user asked for
             return "the portal"
         if self.state == JobState.CANCELLED:
             return "Slurm"

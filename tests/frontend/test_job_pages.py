@@ -55,6 +55,11 @@ class Shop:
 
 @pytest.fixture
 def shop(tmp_path: Path) -> Shop:
+    return make_shop(tmp_path)
+
+
+def make_shop(tmp_path: Path) -> Shop:
+    """A tenant's project on a priced cluster with a user in each role, and an outsider of another tenant."""
     cluster = make_matrix_cluster("pagecluster")
     cluster.log_root = str(tmp_path)
     cluster.save(update_fields=["log_root"])
