@@ -387,6 +387,8 @@ def _accepted_submit_data(
     """JobSubmitOutput's rendering of a job just accepted, with the transitions stored with it."""
     return {
         **_accepted_job_data(job),
+        "cancelled_by": "",  # just accepted: nobody has cancelled it
+        "cancel_reason": "",
         "script": job.script,
         "environment": {str(key): str(value) for key, value in job.environment.items()},
         "template": job.template_id,

@@ -377,7 +377,7 @@ def test_the_job_page_for_each_role(shop: Shop, role: str, status: int, may_canc
     if status == 200:
         assert '<span class="badge badge-queued" id="job-state">Queued</span>' in html
         assert "accepted</td>" in html
-        assert f'href="/api/v1/jobs/{job.pk}/log/?stream=stderr" download' in html
+        assert f'href="/jobs/{job.pk}/output/stderr/" download' in html
         assert f'"/ws/jobs/{job.pk}/log/"' in html
         assert 'data-stream="stdout" aria-pressed="true"' in html
     else:
