@@ -582,6 +582,19 @@ def _sort_links(sort: str, query: dict[str, str]) -> dict[str, dict[str, str]]:
     return links
 
 
+def _filter_project(request: HttpRequest, form: JobFilterForm) -> Project | None:
+    """The project the filter names, if the user may see it; else an error beside the field (the same words
+    whether it exists or not)."""
+    label = form.cleaned_data["project"]
+    if not label:
+        return None
+    try:
+        return project_get_by_label_for_user(user=request.user, label=label, action=ProjectAction.VIEW)
+    except (ValidationError, Http404):
+        form.add_error("project", f"You have no project '{label[:60]}'; choose one from the list.")
+        return None
+
+
 @require_safe
 @login_required
 def job_list_page(request: HttpRequest) -> HttpResponse:
@@ -591,6 +604,8 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
     form = JobFilterForm(request.GET)
     valid = form.is_valid()
     data = form.cleaned_data
+    project = _filter_project(request, form) if valid else None
+    valid = valid and not form.errors
     filters = {field: str(request.GET.get(field, "")).strip() for field in FILTER_FIELDS}
     sort = data.get("sort") or DEFAULT_SORT
     query = {key: value for key, value in filters.items() if value}
@@ -599,7 +614,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {
         "filters": filters,
         "filtered": any(filters.values()),
-        "filter_errors": form.errors if not valid else {},
+        "filter_errors": {},
         "sort": sort,
         "sort_choices": SORT_CHOICES,
         "sort_label": dict(SORT_CHOICES).get(sort, "newest first").lower(),
@@ -610,13 +625,8 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
         "state_labels": dict(JobState.choices),
     }
     if not valid:  # show what to fix, not a list the filters did not choose
-        context.update(page=None, rows=[], count=None, live=None, costs={})
+        context.update(page=None, rows=[], count=None, live=None, costs={}, filter_errors=form.errors)
         return render(request, "frontend/jobs/list.html", context, status=400)
-    project = (
-        project_get_by_label_for_user(user=request.user, label=data["project"], action=ProjectAction.VIEW)
-        if data["project"]
-        else None
-    )
     states = form.states()
     submitted_from, submitted_until = form.submitted_range()
     jobs = job_list_filtered_for_user(

@@ -241,6 +241,8 @@ def test_pages_in_another_order_go_by_number_and_keep_filters_and_sort(shop: Sho
             "submitted_to",
             "The end of the range is before its start.",
         ),
+        ("project=othercorp/secret", "project", "You have no project 'othercorp/secret'; choose one from the list."),
+        ("project=no-slash", "project", "You have no project 'no-slash'; choose one from the list."),
         (
             "sort=price",
             "sort",
