@@ -7,6 +7,7 @@ for, who may cancel it, what it costs) stay in those services."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -14,22 +15,27 @@ from uuid import UUID
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Page, Paginator
-from django.http import HttpRequest, HttpResponse
+from django.db.models import F, QuerySet, Value
+from django.db.models.functions import Coalesce
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
+from rest_framework.exceptions import ValidationError as DrfValidationError
 
 from billing.efficiency import job_waste_for
 from billing.estimates import Estimate, estimate_for_request, job_estimate
+from billing.job_costs import job_cost, job_costs, jobs_with_cost
 from billing.selectors import job_usage
 from clusters.models import Cluster
 from clusters.selectors import cluster_list_active, cluster_list_for_user
 from jobs.end_watches import job_end_watch_set, job_end_watching, pipeline_end_watch_set, pipeline_end_watching
 from jobs.fitting import CoveredShape, covered_shape_choose, free_alternatives
-from jobs.job_services import JobRequest, job_cancel, job_submit, job_template_resolve
+from jobs.job_services import CANCEL_REASON_MAX_LENGTH, JobRequest, job_cancel, job_submit, job_template_resolve
+from jobs.log_apis import job_log_download
 from jobs.models import ACTIVE_JOB_STATES, DependencyCondition, Job, JobArrayTask, JobState
 from jobs.pipelines import DependencyRequest, Edge, Pipeline, cancel_effects, pipeline_of
 from jobs.reasons import pending_reason_text
@@ -422,37 +428,220 @@ def job_estimate_partial(request: HttpRequest) -> HttpResponse:
 # The list ------------------------------------------------------------------------------------------------
 
 
+DATE_FORMAT_ERROR = "Write the date as YYYY-MM-DD, e.g. 2026-11-01."
+FILTER_FIELDS = ("project", "state", "owner", "cluster", "search", "submitted_from", "submitted_to")
+# The list's sorts: `?sort=name` ascending, `?sort=-name` descending; newest submitted first by default.
+SORTS = {
+    "submitted": "Submitted",
+    "duration": "Duration",
+    "cost": "Cost",
+    "gpus": "GPUs",
+    "owner": "Owner",
+    "exit_code": "Exit code",
+}
+DEFAULT_SORT = "-submitted"
+SORT_CHOICES = [
+    ("-submitted", "Newest first"),
+    ("submitted", "Oldest first"),
+    ("-duration", "Longest running"),
+    ("duration", "Shortest running"),
+    ("-cost", "Costliest"),
+    ("cost", "Cheapest"),
+    ("-gpus", "Most GPUs"),
+    ("gpus", "Fewest GPUs"),
+    ("owner", "Owner A to Z"),
+    ("-owner", "Owner Z to A"),
+    ("exit_code", "Exit code, lowest first"),
+    ("-exit_code", "Exit code, highest first"),
+]
+
+
+class JobFilterForm(forms.Form):
+    """The list's filters and sort, as the URL's query carries them; a value it cannot read is an error shown
+    beside its field, never a silently wider list."""
+
+    project = forms.CharField(required=False, max_length=200)
+    state = forms.CharField(required=False, max_length=32)
+    cluster = forms.CharField(required=False, max_length=100)
+    search = forms.CharField(required=False, max_length=200)
+    owner = forms.CharField(required=False, max_length=150)
+    submitted_from = forms.DateField(
+        required=False, input_formats=["%Y-%m-%d"], error_messages={"invalid": DATE_FORMAT_ERROR}
+    )
+    submitted_to = forms.DateField(
+        required=False, input_formats=["%Y-%m-%d"], error_messages={"invalid": DATE_FORMAT_ERROR}
+    )
+    sort = forms.CharField(required=False, max_length=32)
+
+    def clean_state(self) -> str:
+        state = str(self.cleaned_data["state"])
+        if state and state != "active" and state not in JobState.values:
+            raise ValidationError(f"'{state[:40]}' is not a state; choose one from the list.")
+        return state
+
+    def clean_sort(self) -> str:
+        sort = str(self.cleaned_data["sort"]) or DEFAULT_SORT
+        if sort.removeprefix("-") not in SORTS:
+            known = ", ".join(SORTS)
+            raise ValidationError(f"'{sort[:40]}' is not a sort; sort by {known} (a leading - for descending).")
+        return sort
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        start, end = data.get("submitted_from"), data.get("submitted_to")
+        if start and end and start > end:
+            self.add_error("submitted_to", "The end of the range is before its start.")
+        return data
+
+    def states(self) -> list[str]:
+        state = self.cleaned_data["state"]
+        if state == "active":
+            return [str(value) for value in ACTIVE_JOB_STATES]
+        return [state] if state else []
+
+    def submitted_range(self) -> tuple[datetime | None, datetime | None]:
+        """The days chosen as UTC moments: from the first day's start to the end of the last (excluded)."""
+        start, end = self.cleaned_data["submitted_from"], self.cleaned_data["submitted_to"]
+        return (
+            datetime.combine(start, time.min, tzinfo=UTC) if start else None,
+            datetime.combine(end + timedelta(days=1), time.min, tzinfo=UTC) if end else None,
+        )
+
+
+def _sorted(jobs: QuerySet[Job], sort: str, *, now: datetime) -> QuerySet[Job]:
+    """`jobs` in the order `sort` names; ties (and jobs without the value, last) newest first."""
+    key = sort.removeprefix("-")
+    descending = sort.startswith("-")
+    if key == "duration":
+        jobs = jobs.annotate(duration=Coalesce("ended_at", Value(now)) - F("started_at"))
+        field: Any = F("duration")
+    elif key == "cost":
+        jobs = jobs_with_cost(jobs, now=now)
+        field = F("cost_for_sorting")
+    elif key == "gpus":
+        jobs = jobs.annotate(all_gpus=F("gpus") * F("node_count"))
+        field = F("all_gpus")
+    else:
+        field = F({"submitted": "created_at", "owner": "user__username", "exit_code": "exit_code"}[key])
+    first = field.desc(nulls_last=True) if descending else field.asc(nulls_last=True)
+    return jobs.order_by(first, "-created_at", "-id")
+
+
+@dataclass
+class ListPage:
+    """One page of the list, whichever way it is paged: by cursor in the default order, else by number."""
+
+    rows: list[Job]
+    is_first: bool
+    first: str  # the query of the first page, "" when this is it
+    previous: str
+    next: str
+    # Newest first, the pages are newer and older ones; in another order, previous and next.
+    words: tuple[str, str, str] = ("« First", "← Previous", "Next →")
+
+
+def _page(request: HttpRequest, jobs: QuerySet[Job], *, sort: str, query: dict[str, str]) -> ListPage:
+    """Newest first pages by cursor (cheap however deep); another order pages by number (`?page=`)."""
+    if sort == DEFAULT_SORT:
+        try:
+            keyset = keyset_page(jobs, cursor=request.GET.get("cursor") or None, size=JOBS_PER_PAGE)
+        except CursorInvalid:  # a link cut short, or from another list: its first page
+            keyset = keyset_page(jobs, cursor=None, size=JOBS_PER_PAGE)
+        return ListPage(
+            rows=keyset.rows,
+            is_first=keyset.is_first,
+            first=urlencode(query) if not keyset.is_first else "",
+            previous=urlencode({**query, "cursor": keyset.newer}) if keyset.newer else "",
+            next=urlencode({**query, "cursor": keyset.older}) if keyset.older else "",
+            words=("« Newest", "← Newer", "Older →"),
+        )
+    numbered = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    number = numbered.number
+    return ListPage(
+        rows=list(numbered.object_list),
+        is_first=number == 1,
+        first=urlencode(query) if number > 1 else "",
+        previous=urlencode({**query, "page": number - 1}) if numbered.has_previous() else "",
+        next=urlencode({**query, "page": number + 1}) if numbered.has_next() else "",
+    )
+
+
+def _sort_links(sort: str, query: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Each sortable column's link (a second click reverses it) and its `aria-sort` while it is the sort."""
+    links = {}
+    for key in SORTS:
+        current = sort.removeprefix("-") == key
+        descending = sort.startswith("-")
+        # Amounts and times read largest or newest first; names A to Z.
+        first = key if key in ("owner", "exit_code") else f"-{key}"
+        target = (key if descending else f"-{key}") if current else first
+        links[key] = {
+            "href": "?" + urlencode({**query, "sort": target} if target != DEFAULT_SORT else query),
+            "aria_sort": ("descending" if descending else "ascending") if current else "",
+        }
+    return links
+
+
+def _filter_project(request: HttpRequest, form: JobFilterForm) -> Project | None:
+    """The project the filter names, if the user may see it; else an error beside the field (the same words
+    whether it exists or not)."""
+    label = form.cleaned_data["project"]
+    if not label:
+        return None
+    try:
+        return project_get_by_label_for_user(user=request.user, label=label, action=ProjectAction.VIEW)
+    except (ValidationError, Http404):
+        form.add_error("project", f"You have no project '{label[:60]}'; choose one from the list.")
+        return None
+
+
 @require_safe
 @login_required
 def job_list_page(request: HttpRequest) -> HttpResponse:
-    """The user's jobs, newest first, filtered and paginated; rows update live over WebSockets."""
+    """The jobs the user may see, filtered and sorted as the URL says, paginated; rows update live over
+    WebSockets, and running jobs' duration and cost count up in the page."""
     visible_projects = list(project_list_for_user(user=request.user))
-    project_label = request.GET.get("project", "").strip()
-    project = (
-        project_get_by_label_for_user(user=request.user, label=project_label, action=ProjectAction.VIEW)
-        if project_label
-        else None
-    )
-    state = request.GET.get("state", "")
-    states: list[str] = []
-    if state == "active":
-        states = [str(value) for value in ACTIVE_JOB_STATES]
-    elif state in JobState.values:
-        states = [state]
-    else:
-        state = ""
-    cluster_name = request.GET.get("cluster", "").strip()
-    search = request.GET.get("search", "").strip()
+    form = JobFilterForm(request.GET)
+    valid = form.is_valid()
+    data = form.cleaned_data
+    project = _filter_project(request, form) if valid else None
+    valid = valid and not form.errors
+    filters = {field: str(request.GET.get(field, "")).strip() for field in FILTER_FIELDS}
+    sort = data.get("sort") or DEFAULT_SORT
+    query = {key: value for key, value in filters.items() if value}
+    if sort != DEFAULT_SORT:
+        query["sort"] = sort
+    context: dict[str, Any] = {
+        "filters": filters,
+        "filtered": any(filters.values()),
+        "filter_errors": {},
+        "sort": sort,
+        "sort_choices": SORT_CHOICES,
+        "sort_label": dict(SORT_CHOICES).get(sort, "newest first").lower(),
+        "sort_links": _sort_links(sort, {key: value for key, value in query.items() if key != "sort"}),
+        "projects": visible_projects,
+        "clusters": cluster_list_active(),
+        "states": JobState.choices,
+        "state_labels": dict(JobState.choices),
+    }
+    if not valid:  # show what to fix, not a list the filters did not choose
+        context.update(page=None, rows=[], count=None, live=None, costs={}, filter_errors=form.errors)
+        return render(request, "frontend/jobs/list.html", context, status=400)
+    states = form.states()
+    submitted_from, submitted_until = form.submitted_range()
     jobs = job_list_filtered_for_user(
-        user=request.user, project=project, states=states, cluster_name=cluster_name, search=search
+        user=request.user,
+        project=project,
+        states=states,
+        cluster_name=data["cluster"],
+        search=data["search"],
+        owner=data["owner"],
+        submitted_from=submitted_from,
+        submitted_until=submitted_until,
     )
-    try:
-        page = keyset_page(jobs, cursor=request.GET.get("cursor") or None, size=JOBS_PER_PAGE)
-    except CursorInvalid:  # a link cut short, or from another list: its first page
-        page = keyset_page(jobs, cursor=None, size=JOBS_PER_PAGE)
+    now = timezone.now()
+    page = _page(request, _sorted(jobs, sort, now=now), sort=sort, query=query)
     rows = page.rows
-    filters = {"project": project_label, "state": state, "cluster": cluster_name, "search": search}
-    filtered = any(filters.values())
 
     # Watch the projects of the rows shown; on the first page also every project where new jobs may appear.
     watched: dict[str, Project] = {}
@@ -461,33 +650,34 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
     if page.is_first:
         for candidate in [project] if project else visible_projects:
             watched.setdefault(_label(candidate), candidate)
+    # New jobs are inserted at the top only where they belong there: newest first, and inside the date range.
+    insert_new = page.is_first and sort == DEFAULT_SORT and submitted_until is None
     known_active = (
         [str(job_id) for job_id in jobs.filter(state__in=list(ACTIVE_JOB_STATES)).values_list("pk", flat=True)[:500]]
-        if page.is_first
+        if insert_new
         else []
     )
-    live = {
-        "projects": [
-            f"/ws/projects/{item.tenant.slug}/{item.slug}/jobs/"
-            for item in list(watched.values())[:MAX_WATCHED_PROJECTS]
-        ],
-        "insert_new": page.is_first,
-        "filters": {"project": project_label, "states": states, "cluster": cluster_name, "search": search},
-        "known": known_active,
-    }
-    context = {
-        "page": page,
-        "count": bounded_count(jobs),
-        "rows": rows,
-        "filters": filters,
-        "filtered": filtered,
-        "filter_query": urlencode({key: value for key, value in filters.items() if value}),
-        "projects": visible_projects,
-        "clusters": cluster_list_active(),
-        "states": JobState.choices,
-        "live": live,
-        "state_labels": dict(JobState.choices),
-    }
+    context.update(
+        page=page,
+        count=bounded_count(jobs),
+        rows=rows,
+        costs=job_costs(rows, now=now),
+        live={
+            "projects": [
+                f"/ws/projects/{item.tenant.slug}/{item.slug}/jobs/"
+                for item in list(watched.values())[:MAX_WATCHED_PROJECTS]
+            ],
+            "insert_new": insert_new,
+            "filters": {
+                "project": data["project"],
+                "states": states,
+                "cluster": data["cluster"],
+                "search": data["search"],
+                "owner": data["owner"],
+            },
+            "known": known_active,
+        },
+    )
     return render(request, "frontend/jobs/list.html", context)
 
 
@@ -529,6 +719,7 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
     """A job: facts, timeline, cost, the cancel button where allowed, and its live log."""
     job = job_get_for_user(user=request.user, job_id=job_id)
     usage = job_usage(job=job) if job.is_final else None
+    now = timezone.now()
     pipeline = pipeline_of(job)
     tasks, task = _array_tasks_shown(request, job)
     log_query = f"?task={task}" if task is not None else ""
@@ -541,6 +732,10 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         "estimate": job_estimate(job=job),
         # An array's is the sum of its tasks', rounded by billing's one rule as the invoice rounds it.
         "usage": usage,
+        # While it runs: its cost so far, counted up in the page at its rate (billing.job_costs).
+        "cost": None if job.is_final else job_cost(job, now=now),
+        "environment": sorted(dict(job.environment).items()),
+        "cancel_reason_max_length": CANCEL_REASON_MAX_LENGTH,
         "may_cancel": _may_cancel(request, job),
         "may_rerun": job.is_final and _may_rerun(request, job),
         "reruns": job_reruns_list(job=job),
@@ -565,9 +760,9 @@ def job_detail_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
             "state": job.state,
             "updated_at": job.updated_at.isoformat(),
         },
+        # The page's own downloads: a file not written yet is a message on this page, not the API's JSON.
         "download": {
-            stream: reverse("api-job-log", args=[job.pk]) + f"?stream={stream}" + log_query.replace("?", "&")
-            for stream in ("stdout", "stderr")
+            stream: reverse("job-log-download", args=[job.pk, stream]) + log_query for stream in ("stdout", "stderr")
         },
     }
     return render(request, "frontend/jobs/detail.html", context)
@@ -658,9 +853,15 @@ def _array_tasks_shown(request: HttpRequest, job: Job) -> tuple[Page[JobArrayTas
 def job_cancel_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
     """Cancel the job (its owner, the project's managers, the tenant's admins), then back to its page."""
     job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.CANCEL)
+    reason = request.POST.get("reason", "").strip()
+    if len(reason) > CANCEL_REASON_MAX_LENGTH:
+        messages.error(
+            request, f"The reason is {len(reason)} characters long; write at most {CANCEL_REASON_MAX_LENGTH}."
+        )
+        return redirect("job-detail", job_id=job.pk)
     effects = cancel_effects(job)
     try:
-        cancelled = job_cancel(user=request.user, job=job)  # type: ignore[arg-type]
+        cancelled = job_cancel(user=request.user, job=job, reason=reason)  # type: ignore[arg-type]
     except Conflict as error:
         messages.error(request, str(error))
     else:
@@ -670,6 +871,29 @@ def job_cancel_page(request: HttpRequest, job_id: UUID) -> HttpResponse:
         else:
             messages.success(request, f"Cancel requested: a worker is cancelling the job in Slurm.{children}")
     return redirect("job-detail", job_id=job.pk)
+
+
+@require_safe
+@login_required
+def job_log_download_page(request: HttpRequest, job_id: UUID, stream: str) -> HttpResponseBase:
+    """The job's stdout or stderr file as a download; when there is none to send, its page says why."""
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    if stream not in ("stdout", "stderr"):
+        raise Http404(f"A job writes stdout and stderr; '{stream[:20]}' is neither.")
+    asked = request.GET.get("task", "")
+    task = int(asked) if asked.isdigit() else None
+    try:
+        return job_log_download(job=job, stream="stderr" if stream == "stderr" else "stdout", task=task)
+    except (Http404, PermissionDenied) as error:
+        messages.error(request, str(error))
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    except DrfValidationError as error:
+        detail = error.detail
+        texts = [text for field in detail.values() for text in field] if isinstance(detail, dict) else detail
+        messages.error(request, " ".join(str(text) for text in texts))
+    target = reverse("job-detail", args=[job.pk]) + (f"?task={task}" if task is not None else "")
+    return redirect(target + "#log-viewer")
 
 
 @require_POST
@@ -727,6 +951,7 @@ urlpatterns: list[URLPattern] = [
     path("jobs/new/estimates/", job_estimate_partial, name="job-estimate"),
     path("jobs/<uuid:job_id>/", job_detail_page, name="job-detail"),
     path("jobs/<uuid:job_id>/cancel/", job_cancel_page, name="job-cancel"),
+    path("jobs/<uuid:job_id>/output/<str:stream>/", job_log_download_page, name="job-log-download"),
     path("jobs/<uuid:job_id>/rerun/", job_rerun_page, name="job-rerun"),
     path("jobs/<uuid:job_id>/watch/", job_watch_page, name="job-watch"),
 ]

@@ -170,8 +170,9 @@ def _end(*, job_id: uuid.UUID, now: datetime) -> bool:
         efficiency.ended_at = now
         efficiency.save(update_fields=["ended_at"])
         job.cancel_requested_at = now
+        job.cancel_reason = detail[:500]  # no user asked: pages say "the portal" cancelled it, and why
         job.updated_at = now
-        job.save(update_fields=["cancel_requested_at", "updated_at"])
+        job.save(update_fields=["cancel_requested_at", "cancel_reason", "updated_at"])
         task_enqueue_on_commit("jobs.tasks.job_cancel", str(job.pk), fallback="the job sync cancels it")
         _record_and_tell(job, detail, now=now, kind="job.gpu_idle_ended", title="was ended: its GPUs were idle")
     return True

@@ -214,6 +214,11 @@ def _edges(edges: list[Edge]) -> list[dict[str, Any]]:
 
 
 class JobDetailOutput(JobOutput):
+    cancelled_by = serializers.CharField(
+        help_text='Who cancelled it: a username, "the portal" (e.g. its idle-GPU policy) or "Slurm"; empty: not '
+        "cancelled"
+    )
+    cancel_reason = serializers.CharField(help_text="Why, as the canceller gave it (optional); empty: none given")
     script = serializers.CharField()
     environment = serializers.DictField(child=serializers.CharField())
     template = serializers.CharField(source="template_id")
@@ -382,6 +387,8 @@ def _accepted_submit_data(
     """JobSubmitOutput's rendering of a job just accepted, with the transitions stored with it."""
     return {
         **_accepted_job_data(job),
+        "cancelled_by": "",  # just accepted: nobody has cancelled it
+        "cancel_reason": "",
         "script": job.script,
         "environment": {str(key): str(value) for key, value in job.environment.items()},
         "template": job.template_id,
@@ -685,17 +692,28 @@ class JobCancelOutput(JobDetailOutput):
         return list(JobCancelEffectOutput(self.context.get("cancel_effects", []), many=True).data)
 
 
+class JobCancelInput(BodyInput):
+    reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=job_services.CANCEL_REASON_MAX_LENGTH,
+        help_text="Why, for the job's page and the audit log (optional)",
+    )
+
+
 class JobCancelApi(APIView):
     @extend_schema(
         operation_id="jobs_cancel",
         summary="Cancel a job (its owner, project managers, tenant admins); a queued job never reaches Slurm",
-        request=None,
+        request=JobCancelInput,
         responses={202: JobCancelOutput, **ERRORS_WITH_CONFLICT},
     )
     def post(self, request: Request, job_id: str) -> Response:
         job = job_get_for_user(user=request.user, job_id=job_id, action=JobAction.CANCEL)
+        data = JobCancelInput(data=request.data)
+        data.is_valid(raise_exception=True)
         effects = cancel_effects(job)  # told before: a child that then ends is no longer "waiting"
-        job_services.job_cancel(user=request.user, job=job)  # type: ignore[arg-type]
+        job_services.job_cancel(user=request.user, job=job, reason=data.validated_data.get("reason", ""))  # type: ignore[arg-type]
         job = job_get_for_user(user=request.user, job_id=job_id)
         reply = JobCancelOutput(job, context={"cancel_effects": effects}).data
         return Response(reply, status=status.HTTP_202_ACCEPTED)

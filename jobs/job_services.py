@@ -936,11 +936,13 @@ def _validate_environment(values: dict[str, Any], problem: Any) -> None:
 # Cancel ------------------------------------------------------------------------------------------------
 
 
-def job_cancel(*, user: User, job: Job) -> Job:
-    """Cancel the job: at once when it has not reached Slurm, else by a worker in Slurm.
+def job_cancel(*, user: User, job: Job, reason: str = "") -> Job:
+    """Cancel the job: at once when it has not reached Slurm, else by a worker in Slurm. `reason`, optional, is
+    kept with who asked, for the job's page, its API and the audit log.
 
-    The caller has checked that `user` may cancel it. A second request changes nothing.
+    The caller has checked that `user` may cancel it. A second request changes nothing (its reason included).
     """
+    reason = reason.strip()[:CANCEL_REASON_MAX_LENGTH]
     now = timezone.now()
     with transaction.atomic():
         locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
@@ -955,8 +957,9 @@ def job_cancel(*, user: User, job: Job) -> Job:
             return locked
         locked.cancel_requested_at = now
         locked.cancel_requested_by = user
+        locked.cancel_reason = reason
         locked.updated_at = now
-        fields = ["cancel_requested_at", "cancel_requested_by", "updated_at"]
+        fields = ["cancel_requested_at", "cancel_requested_by", "cancel_reason", "updated_at"]
         submitting = locked.submit_lease_until is not None and locked.submit_lease_until > now
         if locked.state == JobState.QUEUED and locked.slurm_job_id is None and not submitting:
             detail = cancelled_before_slurm(user.username)
@@ -976,7 +979,7 @@ def job_cancel(*, user: User, job: Job) -> Job:
             target=locked,
             tenant=locked.project.tenant,
             before={"state": job.state},
-            after={"state": locked.state, "cancel_requested": True},
+            after={"state": locked.state, "cancel_requested": True, "reason": reason},
         )
         transaction.on_commit(lambda: jobs_push([locked.id]))
     return locked
@@ -1016,6 +1019,10 @@ def job_array_task_cancel(*, user: User, job: Job, index: int) -> JobArrayTask:
             after={"task": index, "cancel_requested": True},
         )
     return task
+
+
+# The longest reason a cancel keeps (Job.cancel_reason).
+CANCEL_REASON_MAX_LENGTH = 500
 
 
 def cancelled_before_slurm(username: str) -> str:

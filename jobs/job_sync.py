@@ -313,7 +313,7 @@ def _claim(batch: list[Job], *, now: datetime) -> tuple[list[Job], dict[uuid.UUI
         level = logging.WARNING if outcome == "gave up" else logging.INFO
         logger.log(level, "job delivery %s", outcome, extra=job_log_fields(job, cluster=job.cluster.name))
     if finished:
-        _jobs_save(finished, fields=[*_DELIVERY_FIELDS, "state_reason"])
+        _jobs_save(finished, fields=[*_DELIVERY_FIELDS, "state_reason", "cancel_reason"])
         JobTransition.objects.bulk_create(transitions)
         dependents_wake(parent_ids=[job.pk for job in finished], now=now)
     if waiting:
@@ -678,6 +678,7 @@ def _never_runs(job: Job, words: str, *, now: datetime) -> JobTransition:
     array_tasks_end_before_slurm(job=job, state=JobState.CANCELLED, now=now)
     job.state_reason = NEVER_SATISFIED_REASON
     job.last_error = f"Never able to run: {words}."
+    job.cancel_reason = job.last_error[:500]  # the portal cancelled it: no user asked (Job.cancelled_by)
     job.ended_at = now
     job.submit_lease_until = None
     job.updated_at = now

@@ -167,12 +167,26 @@ class JobLogDownloadApi(APIView):
             refusal["Content-Range"] = f"bytes */{exc.size}"
             return refusal
         response["Accept-Ranges"] = "bytes"
-        response["Content-Disposition"] = content_disposition_header(
-            True, download_filename(job=job, stream=f"{task}-{stream}" if task is not None else stream)
-        )
-        # The output of a tenant's job: no shared cache may keep it.
-        response["Cache-Control"] = "private, no-store"
-        return response
+        return _as_download(response, job=job, stream=stream, task=task)
+
+
+def _as_download(response: HttpResponseBase, *, job: Job, stream: LogStream, task: int | None) -> HttpResponseBase:
+    response["Content-Disposition"] = content_disposition_header(
+        True, download_filename(job=job, stream=f"{task}-{stream}" if task is not None else stream)
+    )
+    # The output of a tenant's job: no shared cache may keep it.
+    response["Cache-Control"] = "private, no-store"
+    return response
+
+
+def job_log_download(*, job: Job, stream: LogStream, task: int | None = None) -> HttpResponseBase:
+    """The whole file as a download, for the job's page (the caller has checked access): raises Http404 when it
+    is not written yet, PermissionDenied or ValidationError when the portal refuses to serve it."""
+    if task is not None:
+        job_task_state(job=job, task=task)
+    return _as_download(
+        _file_response(_open(job=job, stream=stream, task=task), range_header=None), job=job, stream=stream, task=task
+    )
 
 
 def _open(*, job: Job, stream: LogStream, task: int | None = None) -> int:

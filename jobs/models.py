@@ -125,6 +125,8 @@ class Job(models.Model):
     cancel_requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, related_name="+", null=True, blank=True
     )
+    # Why it was cancelled, in the canceller's words (optional), or the portal's own when the portal ended it.
+    cancel_reason = models.CharField(max_length=500, blank=True)
 
     created_at = models.DateTimeField(default=timezone.now, help_text="When the portal accepted it")
     submitted_at = models.DateTimeField(null=True, blank=True, help_text="When Slurm accepted it")
@@ -192,6 +194,19 @@ class Job(models.Model):
     def total_gpus(self) -> int:
         """All the GPUs one run holds: its GPUs per node on each of its nodes."""
         return self.gpus * self.node_count
+
+    @property
+    def cancelled_by(self) -> str:
+        """Who cancelled it, for pages and the API: the user who asked, "the portal" for a cancel the portal
+        requested itself (its idle-GPU policy), "Slurm" for a job Slurm ended as cancelled without the portal
+        asking (scancel on the cluster, preemption, a dependency never satisfied); empty while not cancelled."""
+        if self.cancel_requested_by_id is not None and self.cancel_requested_by is not None:
+            return self.cancel_requested_by.username
+        if self.cancel_requested_at is not None or self.cancel_reason:  # a cancel no user asked for
+            return "the portal"
+        if self.state == JobState.CANCELLED:
+            return "Slurm"
+        return ""
 
 
 JOB_COMMENT_PREFIX = "gpuportal:"

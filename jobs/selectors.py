@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Collection
+from datetime import datetime
 
 from django.core.exceptions import PermissionDenied
 from django.db import DEFAULT_DB_ALIAS, connection
@@ -274,10 +275,20 @@ def job_list_filtered_for_user(
     states: Collection[str] = (),
     cluster_name: str = "",
     search: str = "",
+    owner: str = "",
+    submitted_from: datetime | None = None,
+    submitted_until: datetime | None = None,
 ) -> QuerySet[Job]:
-    """`job_list_for_user` narrowed by the jobs page's filters: a project, states, a cluster, and a part of the
-    name (or a Slurm job id)."""
+    """`job_list_for_user` narrowed by the jobs page's filters: a project, states, a cluster, a part of the
+    name (or a Slurm job id), the username of who submitted it, and when the portal accepted it (from included,
+    until excluded). Only ever narrows: an owner of another tenant finds nothing of theirs."""
     jobs = job_list_for_user(user=user)
+    if owner:
+        jobs = jobs.filter(user__username__iexact=owner)
+    if submitted_from is not None:
+        jobs = jobs.filter(created_at__gte=submitted_from)
+    if submitted_until is not None:
+        jobs = jobs.filter(created_at__lt=submitted_until)
     if project is not None:
         jobs = jobs.filter(project=project)
     if states:

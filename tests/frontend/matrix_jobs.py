@@ -37,6 +37,8 @@ PAGES: dict[str, dict[str, Case]] = {
     "jobs/<uuid:job_id>/": {"GET": Case(page_only(200, PROJECT_VIEWERS))},
     # The job's owner is the member; managers and tenant admins cancel anyone's job.
     "jobs/<uuid:job_id>/cancel/": {"POST": Case(page_only(302, ("member", *PROJECT_MANAGERS)), form=True)},
+    # The job's output as a download (the world's job has written its stdout): whoever sees the job.
+    "jobs/<uuid:job_id>/output/<str:stream>/": {"GET": Case(page_only(200, PROJECT_VIEWERS))},
     "jobs/<uuid:job_id>/rerun/": {"POST": Case(page_only(302, SUBMITTERS), form=True)},
     "jobs/<uuid:job_id>/watch/": {
         "POST": Case(page_only(302, PROJECT_VIEWERS), body=lambda world: {"watch": "1"}, form=True)

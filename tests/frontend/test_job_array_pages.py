@@ -43,7 +43,7 @@ def test_an_array_from_the_form_shows_its_progress_in_the_list_and_its_tasks_pag
     rows = re.findall(r'<tr(?: aria-current="true")?>\s*<td class="number">(\d+)</td>', page)
     assert rows == [str(index) for index in range(50)]
     assert _log_socket(page) == f"/ws/jobs/{job.pk}/log/?task=0"
-    assert f"/api/v1/jobs/{job.pk}/log/?stream=stdout&amp;task=0" in page
+    assert f"/jobs/{job.pk}/output/stdout/?task=0" in page
 
     second = client.get(f"/jobs/{job.pk}/?tasks_page=2&task=55").content.decode()
     rows = re.findall(r'<tr(?: aria-current="true")?>\s*<td class="number">(\d+)</td>', second)

@@ -55,6 +55,11 @@ class Shop:
 
 @pytest.fixture
 def shop(tmp_path: Path) -> Shop:
+    return make_shop(tmp_path)
+
+
+def make_shop(tmp_path: Path) -> Shop:
+    """A tenant's project on a priced cluster with a user in each role, and an outsider of another tenant."""
     cluster = make_matrix_cluster("pagecluster")
     cluster.log_root = str(tmp_path)
     cluster.save(update_fields=["log_root"])
@@ -372,7 +377,7 @@ def test_the_job_page_for_each_role(shop: Shop, role: str, status: int, may_canc
     if status == 200:
         assert '<span class="badge badge-queued" id="job-state">Queued</span>' in html
         assert "accepted</td>" in html
-        assert f'href="/api/v1/jobs/{job.pk}/log/?stream=stderr" download' in html
+        assert f'href="/jobs/{job.pk}/output/stderr/" download' in html
         assert f'"/ws/jobs/{job.pk}/log/"' in html
         assert 'data-stream="stdout" aria-pressed="true"' in html
     else:

@@ -252,6 +252,9 @@ def test_an_opted_in_projects_idle_job_is_warned_then_ended_and_an_active_one_ne
     collect_until(55)
     ended = Job.objects.get(pk=idle.pk)
     assert ended.cancel_requested_at == start + timedelta(seconds=55)
+    # No user asked: its page and API say the portal cancelled it, and why.
+    assert ended.cancelled_by == "the portal"
+    assert ended.cancel_reason.startswith("Ended by the project's idle-GPU policy: 2 of its 2 GPU(s)")
     assert [transition.detail.split(":")[0] for transition in ended.transitions.all()] == [
         "Warned",
         "Ended by the project's idle-GPU policy",

@@ -285,6 +285,8 @@ def test_a_waiting_child_is_not_attempted_and_one_that_can_never_run_ends_before
     assert child.last_error == f"Never able to run: {words}."
     detail = team.api().get(f"/api/v1/jobs/{child.pk}/").json()
     assert detail["never_runs"] == words[0].upper() + words[1:]
+    # No user asked: the portal cancelled it, and says why.
+    assert (detail["cancelled_by"], detail["cancel_reason"]) == ("the portal", f"Never able to run: {words}.")
     assert [(edge["name"], edge["outcome"]) for edge in detail["depends_on"]] == [("prepare", "never")]
 
 

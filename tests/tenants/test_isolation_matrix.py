@@ -474,6 +474,7 @@ def _url(route: str, world: World, **overrides: str) -> str:
         "cluster": "matrixcluster",
         "provider_id": "no-such-provider",
         "index": "0",
+        "stream": "stdout",
         **overrides,
     }
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda match: values[str(match.group(1))], route)

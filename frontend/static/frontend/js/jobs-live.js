@@ -1,5 +1,6 @@
 // Live job states without reloading. On the jobs list: one WebSocket per project shown
-// (/ws/projects/<tenant>/<project>/jobs/) updates each row's badge and times in place and, on the first page,
+// (/ws/projects/<tenant>/<project>/jobs/) updates each row's badge, duration, cost and exit code in place (a
+// running job's duration and cost count up every second in between) and, on the first page,
 // inserts jobs submitted since the page was drawn. On a job's page: /ws/jobs/<id>/ redraws the facts, the
 // timeline, the cancel button, the array's task table and the pipeline graph from the server (htmx) whenever the
 // job, one of its tasks, or a parent or child of it changes.
@@ -21,17 +22,69 @@
     return element;
   }
 
-  function setTime(cell, iso) {
-    if (!cell) return;
-    const current = cell.querySelector("time");
-    if (!iso) return; // a time once known does not go away
-    if (current && current.dateTime === iso) return;
-    cell.replaceChildren(timeElement(iso));
-  }
-
   function setBadge(badge, state) {
     badge.className = `badge badge-${state}`;
     badge.textContent = labels[state] || state;
+  }
+
+  // Running jobs' duration and cost -------------------------------------------------------------------------
+  // Counted up every second from when the job started: its cost at the rate it runs at, rounded as the server
+  // rounds it (billing/money.py: to the micro-unit, then half up to the currency's minor unit). A cell with
+  // data-ended-at stays at its last value; billing prices the run from Slurm's accounting once it ends.
+
+  const pad = (n) => String(n).padStart(2, "0");
+
+  function durationText(seconds) {
+    // As frontend/templatetags/job_figures.py writes it: 0:04:05, 26:00:00.
+    const whole = Math.max(0, Math.floor(seconds));
+    return `${Math.floor(whole / 3600)}:${pad(Math.floor((whole % 3600) / 60))}:${pad(whole % 60)}`;
+  }
+
+  function microUnits(price) {
+    const [whole, fraction = ""] = String(price).split(".");
+    return Number(whole) * 1e6 + Number(`${fraction}000000`.slice(0, 6));
+  }
+
+  function costText(cell, seconds) {
+    const places = Number(cell.dataset.places || 2);
+    const gpuSeconds = Number(cell.dataset.gpus) * Math.max(0, Math.floor(seconds));
+    const micro = Math.round((gpuSeconds * microUnits(cell.dataset.price)) / 3600);
+    const minor = Math.round(micro / 10 ** (6 - places));
+    return `${(minor / 10 ** places).toFixed(places)} ${cell.dataset.currency}`;
+  }
+
+  function elapsed(cell, now) {
+    const end = cell.dataset.endedAt ? Date.parse(cell.dataset.endedAt) : now;
+    return (end - Date.parse(cell.dataset.startedAt)) / 1000;
+  }
+
+  function drawFigures(cells, now) {
+    for (const cell of cells) {
+      if (!cell.dataset.startedAt) continue;
+      const seconds = elapsed(cell, now);
+      if (Number.isNaN(seconds)) continue;
+      if (cell.dataset.field === "duration") cell.textContent = durationText(seconds);
+      else if (cell.dataset.price) cell.textContent = costText(cell, seconds);
+    }
+  }
+
+  function tick() {
+    drawFigures(
+      document.querySelectorAll(
+        "[data-field='duration'][data-started-at]:not([data-ended-at]), [data-field='cost'][data-price][data-started-at]:not([data-ended-at])",
+      ),
+      Date.now(),
+    );
+  }
+
+  function updateFigures(row, job) {
+    // A job that started or ended since the page was drawn: its cells start counting, or stop.
+    const cells = row.querySelectorAll("[data-field='duration'], [data-field='cost']");
+    for (const cell of cells) {
+      if (job.started_at && (cell.dataset.field === "duration" || cell.dataset.price)) cell.dataset.startedAt = job.started_at;
+      if (job.ended_at) cell.dataset.endedAt = job.ended_at;
+    }
+    drawFigures(cells, Date.now());
   }
 
   // The list ---------------------------------------------------------------------------------------------
@@ -48,6 +101,7 @@
     function matchesFilters(job) {
       const filters = config.filters;
       if (filters.project && job.project !== filters.project) return false;
+      if (filters.owner && (job.user || "").toLowerCase() !== filters.owner.toLowerCase()) return false;
       if (filters.states.length && !filters.states.includes(job.state)) return false;
       if (filters.cluster && job.cluster !== filters.cluster) return false;
       if (filters.search) {
@@ -82,13 +136,20 @@
       const nodes = job.node_count > 1 ? ` on ${job.node_count} nodes` : "";
       const gpus = cell(`${job.total_gpus ?? job.gpus}${job.gpu_type ? ` × ${job.gpu_type}` : ""}${nodes}`);
       gpus.className = "number";
+      gpus.dataset.field = "gpus";
+      const owner = cell(job.user || job.cluster_username || "unknown");
+      owner.dataset.field = "owner";
       const submitted = cell("");
       submitted.append(timeElement(job.updated_at));
-      const started = cell("—");
-      started.dataset.field = "started_at";
-      const ended = cell("—");
-      ended.dataset.field = "ended_at";
-      row.append(name, cell(job.project), cell(job.cluster), state, gpus, submitted, started, ended);
+      // Its cost is on the page once reloaded (the rate comes from the server); its duration counts from now.
+      const figures = ["duration", "cost", "exit_code"].map((field) => {
+        const figure = cell("—");
+        figure.className = "number";
+        figure.dataset.field = field;
+        return figure;
+      });
+      row.append(name, cell(job.project), owner, cell(job.cluster), state, gpus, submitted, ...figures);
+      updateFigures(row, job);
       return row;
     }
 
@@ -104,10 +165,11 @@
       if (row) {
         const badge = row.querySelector("[data-field='state']");
         if (badge && badge.textContent !== (labels[job.state] || job.state)) setBadge(badge, job.state);
-        setTime(row.querySelector("[data-field='started_at']"), job.started_at);
-        setTime(row.querySelector("[data-field='ended_at']"), job.ended_at);
         const progress = row.querySelector("[data-field='array_progress']");
         if (progress && job.array_progress) progress.textContent = progressText(job.array_progress);
+        updateFigures(row, job);
+        const exitCode = row.querySelector("[data-field='exit_code']");
+        if (exitCode && job.exit_code !== null && job.exit_code !== undefined) exitCode.textContent = String(job.exit_code);
         return;
       }
       // A job the page has not seen: new since the page was drawn (older active ones are in `known`).
@@ -188,6 +250,8 @@
     });
   }
 
+  tick();
+  window.setInterval(tick, 1000);
   const list = Portal.jsonFrom("jobs-live");
   if (list) startList(list);
   const job = Portal.jsonFrom("job-log");
