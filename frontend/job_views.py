@@ -7,7 +7,7 @@ for, who may cancel it, what it costs) stay in those services."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, time, timedelta
+from datetime import datetime, time, timedelta
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -500,11 +500,13 @@ class JobFilterForm(forms.Form):
         return [state] if state else []
 
     def submitted_range(self) -> tuple[datetime | None, datetime | None]:
-        """The days chosen as UTC moments: from the first day's start to the end of the last (excluded)."""
+        """The days chosen, in the reader's time zone, as moments: from the first day's start to the end of the
+        last (excluded)."""
         start, end = self.cleaned_data["submitted_from"], self.cleaned_data["submitted_to"]
+        zone = timezone.get_current_timezone()
         return (
-            datetime.combine(start, time.min, tzinfo=UTC) if start else None,
-            datetime.combine(end + timedelta(days=1), time.min, tzinfo=UTC) if end else None,
+            datetime.combine(start, time.min, tzinfo=zone) if start else None,
+            datetime.combine(end + timedelta(days=1), time.min, tzinfo=zone) if end else None,
         )
 
 
