@@ -354,8 +354,8 @@ def project_invitation_withdraw(request: HttpRequest, tenant: str, project: str,
     invitation = invitation_get(tenant=found.tenant, project=found, invitation_id=invitation_id)
     try:
         invitation_withdraw(actor=_user(request), invitation=invitation)
-    except ValidationError as error:
-        messages.error(request, " ".join(error.messages))
+    except Conflict as error:
+        messages.error(request, str(error))
     else:
         messages.success(request, f"The invitation of {invitation.email} to {found} is withdrawn.")
     return redirect("project-members", tenant=tenant, project=project)
@@ -459,8 +459,8 @@ def tenant_invitation_withdraw(request: HttpRequest, tenant: str, invitation_id:
     invitation = invitation_get(tenant=found, invitation_id=invitation_id)
     try:
         invitation_withdraw(actor=_user(request), invitation=invitation)
-    except ValidationError as error:
-        messages.error(request, " ".join(error.messages))
+    except Conflict as error:
+        messages.error(request, str(error))
     else:
         messages.success(request, f"The invitation of {invitation.email} is withdrawn.")
     return redirect("tenant-detail", tenant=tenant)

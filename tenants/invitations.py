@@ -25,6 +25,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
 
+from portal.errors import Conflict
 from tenants import services
 from tenants.models import (
     InvitationState,
@@ -106,23 +107,61 @@ def _users_with_address(email: str) -> list[User]:
 
 
 def member_invite(
-    *, actor: User, tenant: Tenant, project: Project | None, invitee: str, role: str, may_add_to_tenant: bool
+    *,
+    actor: User,
+    tenant: Tenant,
+    project: Project | None,
+    invitee: str,
+    role: str,
+    may_add_to_tenant: bool,
+    field: str = FIELD,
+    by_username: bool = True,
 ) -> InviteOutcome:
     """Give `invitee` (a username or an e-mail address) `role` in the tenant, or in `project` when given.
 
     A username or an address one account has: the membership at once, and the person is told. An address no
     account has: a pending invitation, e-mailed to it. Into a project, someone outside the tenant comes only
-    with `may_add_to_tenant` (the inviter is a tenant admin), and joins the tenant as a member."""
+    with `may_add_to_tenant` (the inviter is a tenant admin), and joins the tenant as a member. Errors about the
+    invitee are `field`'s (the pages' one box, the API's `email`, which takes addresses only: `by_username` False).
+    """
+    try:
+        return _member_invite(
+            actor=actor,
+            tenant=tenant,
+            project=project,
+            invitee=invitee,
+            role=role,
+            may_add_to_tenant=may_add_to_tenant,
+            by_username=by_username,
+        )
+    except ValidationError as error:
+        if field == FIELD or not hasattr(error, "error_dict"):
+            raise
+        raise ValidationError(
+            {field if name == FIELD else name: messages for name, messages in error.message_dict.items()}
+        ) from None
+
+
+def _member_invite(
+    *,
+    actor: User,
+    tenant: Tenant,
+    project: Project | None,
+    invitee: str,
+    role: str,
+    may_add_to_tenant: bool,
+    by_username: bool,
+) -> InviteOutcome:
     invitee = invitee.strip()
     _check_role(role, ProjectRole if project is not None else TenantRole)
     if not invitee:
         raise ValidationError({FIELD: ["Give the person's portal username or e-mail address."]})
-    user = get_user_model().objects.filter(username=invitee, is_active=True).first()
+    user = get_user_model().objects.filter(username=invitee, is_active=True).first() if by_username else None
     if user is not None:
         return InviteOutcome(
             membership=_add(actor=actor, tenant=tenant, project=project, user=user, role=role), invitation=None
         )
-    if "@" not in invitee:
+    if "@" not in invitee and by_username:
         services.user_get_by_username(username=invitee)  # raises its field error, naming the username
     try:
         validate_email(invitee)
@@ -206,7 +245,7 @@ def _invitation_create(
             raise ValidationError(
                 {
                     FIELD: [
-                        f"{email} was already invited on {open_ones.created_at:%Y-%m-%d}; the invitation waits "
+                        f"{open_ones.email} was already invited on {open_ones.created_at:%Y-%m-%d}; the invitation waits "
                         f"until {open_ones.expires_at:%Y-%m-%d}. Withdraw it first to invite again."
                     ]
                 }
@@ -307,13 +346,9 @@ def invitation_withdraw(*, actor: User, invitation: MembershipInvitation) -> Mem
         .get(pk=invitation.pk)
     )
     if invitation.state != InvitationState.PENDING:
-        raise ValidationError(
-            {
-                "invitation": [
-                    f"The invitation of {invitation.email} is {invitation.get_state_display().lower()}; "
-                    "there is nothing to withdraw."
-                ]
-            }
+        raise Conflict(
+            f"The invitation of {invitation.email} is {invitation.get_state_display().lower()}; there is nothing "
+            "to withdraw."
         )
     _close(invitation, state=InvitationState.WITHDRAWN, by=actor, actor=actor, action="invitation.withdrawn")
     return invitation
