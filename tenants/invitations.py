@@ -245,8 +245,8 @@ def _invitation_create(
             raise ValidationError(
                 {
                     FIELD: [
-                        f"{open_ones.email} was already invited on {open_ones.created_at:%Y-%m-%d}; the invitation waits "
-                        f"until {open_ones.expires_at:%Y-%m-%d}. Withdraw it first to invite again."
+                        f"{open_ones.email} was already invited on {open_ones.created_at:%Y-%m-%d}; the invitation "
+                        f"waits until {open_ones.expires_at:%Y-%m-%d}. Withdraw it first to invite again."
                     ]
                 }
             )
