@@ -239,7 +239,9 @@ def test_a_withdrawn_invitation_is_not_accepted(acme: Acme) -> None:
     assert invitations_accept(user=gone, verified_email=gone.email) == []
     assert not TenantMembership.objects.filter(user=gone).exists()
     event = AuditEvent.objects.get(action="invitation.withdrawn")
-    assert (event.actor, event.before["state"], event.after["state"]) == (acme.admin, "pending", "withdrawn")
+    assert event.actor == acme.admin
+    assert (event.before or {}).get("state") == "pending"
+    assert (event.after or {}).get("state") == "withdrawn"
 
 
 # Who may invite ------------------------------------------------------------------------------------------
