@@ -32,6 +32,7 @@ from tenants.models import (
 from tenants.selectors import ProjectAction, TenantAction, project_get_for_user, tenant_get_for_user
 from tests.conftest import SentTask
 from tests.factories import PASSWORD, add_project_member, add_tenant_member, make_project, make_tenant, make_user
+from tests.frontend.test_two_factor import code_for, enrol, password_sign_in
 from tests.oidc_provider import sign_in
 
 pytestmark = pytest.mark.django_db
@@ -169,6 +170,24 @@ def test_an_unknown_address_waits_is_emailed_and_becomes_the_membership_at_passw
         "invitation.accepted",
     ]
     assert Notification.objects.get(user=newbie).title == "You joined tenant acme as Member"
+
+
+def test_with_two_factor_sign_in_the_invitation_waits_for_the_code(acme: Acme) -> None:
+    carol = make_user("carol")
+    client = Client()
+    password_sign_in(client, "carol")
+    secret = enrol(client)
+    client.post("/logout/")
+    invite(acme.admin, tenant=acme.tenant, invitee="carol@example.org", role="member")
+    carol.email = "carol@example.org"  # a portal admin gives her account the address afterwards
+    carol.save()
+
+    assert password_sign_in(client, "carol")["Location"] == "/login/code/"
+    assert MembershipInvitation.objects.get().state == InvitationState.PENDING  # a password alone claims nothing
+
+    assert client.post("/login/code/", {"code": code_for(secret, periods_from_now=1)}).status_code == 302
+    assert MembershipInvitation.objects.get().state == InvitationState.ACCEPTED
+    assert TenantMembership.objects.get(tenant=acme.tenant, user=carol).role == "member"
 
 
 def test_a_project_invitation_brings_the_invitee_into_the_tenant_and_the_project(acme: Acme) -> None:
