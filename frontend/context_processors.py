@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
+from quotas.requests import quota_request_pending_to_decide_for_user
 from tenants.notification_apis import notification_list_for_user
 from tenants.selectors import user_reach
 
@@ -14,6 +15,7 @@ NAVIGATION = (
     ("Submit", "/jobs/new/", "everyone"),
     ("Clusters", "/clusters/", "everyone"),
     ("Projects", "/projects/", "everyone"),
+    ("Requests", "/requests/", "decide"),
     ("Billing", "/billing/", "spend"),
     ("Admin", "/staff/", "portal_admin"),
 )
@@ -23,7 +25,12 @@ def navigation(request: HttpRequest) -> dict[str, object]:
     if not request.user.is_authenticated:
         return {}
     reach = user_reach(user=request.user)
-    allowed = {"everyone": True, "spend": reach.sees_spend, "portal_admin": reach.is_portal_admin}
+    allowed = {
+        "everyone": True,
+        "decide": reach.decides_requests,
+        "spend": reach.sees_spend,
+        "portal_admin": reach.is_portal_admin,
+    }
     items = []
     for label, path, audience in NAVIGATION:
         if not allowed[audience]:
@@ -31,6 +38,10 @@ def navigation(request: HttpRequest) -> dict[str, object]:
         current = request.path == path if path == "/" else request.path.startswith(path)
         if path == "/jobs/" and request.path.startswith("/jobs/new/"):
             current = False
-        items.append({"label": label, "path": path, "current": current})
+        item: dict[str, object] = {"label": label, "path": path, "current": current}
+        if audience == "decide":
+            # Only the requests this user may decide: another tenant's never count.
+            item["pending"] = quota_request_pending_to_decide_for_user(user=request.user).count()
+        items.append(item)
     unread = notification_list_for_user(user=request.user).filter(read_at__isnull=True).count()
     return {"navigation": items, "reach": reach, "unread_notifications": unread}

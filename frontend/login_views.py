@@ -19,6 +19,7 @@ from django.urls import reverse
 
 from frontend.two_factor_views import password_sign_in_continue, password_signed_in
 from tenants.backends import LOCAL_PASSWORDS_OFF, local_passwords_enabled
+from tenants.invitations import invitations_accept
 from tenants.oidc import SESSION_KEY, end_session_url, sign_in_providers
 from tenants.throttles import password_attempt_wait, password_failure_record, request_address
 
@@ -57,6 +58,8 @@ class LoginView(auth_views.LoginView):
         self.request.session.pop(SESSION_KEY, None)
         response = super().form_valid(form)
         password_signed_in(self.request)
+        # The account's address was given by a portal admin (nobody makes their own account): it may claim invitations.
+        invitations_accept(user=form.get_user(), verified_email=form.get_user().email)
         return response
 
     def form_invalid(self, form: AuthenticationForm) -> HttpResponse:

@@ -43,6 +43,14 @@ from quotas.selectors import allocation_get_for_user, allocation_ledger, allocat
 from quotas.units import SECONDS_PER_HOUR, format_gpu_hours, gpu_seconds_to_hours
 from quotas.usage import UsageSeries, allocation_usage_series
 from tenants import services
+from tenants.invitations import (
+    INVITATION_VALID_DAYS,
+    InviteOutcome,
+    invitation_get,
+    invitation_list_open,
+    invitation_withdraw,
+    member_invite,
+)
 from tenants.models import Project, ProjectRole, Tenant, TenantRole
 from tenants.selectors import (
     ProjectAction,
@@ -137,7 +145,10 @@ def _my_tenant_role(user: User, tenant: Tenant) -> str:
 
 
 class MemberAddForm(forms.Form):
-    username = forms.CharField(max_length=150, error_messages={"required": "Give the username of the person to add."})
+    # A username, or an e-mail address (tenants.invitations decides which it is).
+    username = forms.CharField(
+        max_length=254, error_messages={"required": "Give the person's portal username or e-mail address."}
+    )
     # The services say which roles exist; the form only reads the text.
     role = forms.CharField(max_length=20, error_messages={"required": "Choose a role."})
 
@@ -290,6 +301,10 @@ def _project_members_page(
         "add_values": add_values or {"role": ProjectRole.MEMBER.value},
         "add_errors": add_errors or {},
         "row_errors": row_errors or {},
+        "invitations": invitation_list_open(tenant=project.tenant, project=project) if may_manage else [],
+        "invitation_base": f"/projects/{project.tenant.slug}/{project.slug}/invitations/",
+        "invitation_valid_days": INVITATION_VALID_DAYS,
+        "now": timezone.now(),
     }
     return render(request, "frontend/projects/members.html", context, status=status)
 
@@ -305,13 +320,44 @@ def project_members(request: HttpRequest, tenant: str, project: str) -> HttpResp
     values = {"username": request.POST.get("username", "").strip(), "role": request.POST.get("role", "")}
     if not form.is_valid():
         return _project_members_page(request, found, add_values=values, add_errors=_form_errors(form), status=400)
+    administers_tenant = _may(lambda: tenant_get_for_user(user=request.user, slug=tenant, action=TenantAction.MANAGE))
     try:
-        member = services.user_get_by_username(username=form.cleaned_data["username"].strip())
-        services.project_member_add(actor=request.user, project=found, user=member, role=form.cleaned_data["role"])
+        outcome = member_invite(
+            actor=_user(request),
+            tenant=found.tenant,
+            project=found,
+            invitee=form.cleaned_data["username"],
+            role=form.cleaned_data["role"],
+            may_add_to_tenant=administers_tenant,
+        )
     except ValidationError as error:
         return _project_members_page(request, found, add_values=values, add_errors=_service_errors(error), status=400)
-    role = ProjectRole(form.cleaned_data["role"]).label
-    messages.success(request, f"{member.get_username()} joined {found} as {role}.")
+    messages.success(request, _invited_message(outcome, where=str(found), role=ProjectRole(form.cleaned_data["role"])))
+    return redirect("project-members", tenant=tenant, project=project)
+
+
+def _invited_message(outcome: InviteOutcome, *, where: str, role: ProjectRole | TenantRole) -> str:
+    if outcome.membership is not None:
+        return f"{outcome.membership.user.get_username()} joined {where} as {role.label}. They have been told."
+    assert outcome.invitation is not None
+    return (
+        f"Nobody in the portal has the address {outcome.invitation.email} yet: an invitation to {where} as "
+        f"{role.label} was sent to it, and waits until {outcome.invitation.expires_at:%Y-%m-%d} for them to sign in "
+        "with that address."
+    )
+
+
+@require_POST
+@login_required
+def project_invitation_withdraw(request: HttpRequest, tenant: str, project: str, invitation_id: int) -> HttpResponse:
+    found = _project(request, tenant, project, ProjectAction.MANAGE)
+    invitation = invitation_get(tenant=found.tenant, project=found, invitation_id=invitation_id)
+    try:
+        invitation_withdraw(actor=_user(request), invitation=invitation)
+    except Conflict as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, f"The invitation of {invitation.email} to {found} is withdrawn.")
     return redirect("project-members", tenant=tenant, project=project)
 
 
@@ -356,16 +402,21 @@ def _tenant_page(
     status: int = 200,
 ) -> HttpResponse:
     user = _user(request)
+    may_manage = _may(lambda: tenant_get_for_user(user=user, slug=tenant.slug, action=TenantAction.MANAGE))
     context = {
         "tenant": tenant,
         "my_role": _my_tenant_role(user, tenant),
-        "may_manage": _may(lambda: tenant_get_for_user(user=user, slug=tenant.slug, action=TenantAction.MANAGE)),
+        "may_manage": may_manage,
         "projects": _page(request, project_list_for_user(user=user, tenant=tenant), "projects_page"),
         "members": _page(request, tenant_membership_list(tenant=tenant).order_by("user__username"), "members_page"),
         "roles": TenantRole.choices,
         "add_values": add_values or {"role": TenantRole.MEMBER.value},
         "add_errors": add_errors or {},
         "row_errors": row_errors or {},
+        "invitations": invitation_list_open(tenant=tenant) if may_manage else [],
+        "invitation_base": f"/tenants/{tenant.slug}/invitations/",
+        "invitation_valid_days": INVITATION_VALID_DAYS,
+        "now": timezone.now(),
     }
     return render(request, "frontend/tenants/detail.html", context, status=status)
 
@@ -386,12 +437,32 @@ def tenant_member_add(request: HttpRequest, tenant: str) -> HttpResponse:
     if not form.is_valid():
         return _tenant_page(request, found, add_values=values, add_errors=_form_errors(form), status=400)
     try:
-        member = services.user_get_by_username(username=form.cleaned_data["username"].strip())
-        services.tenant_member_add(actor=request.user, tenant=found, user=member, role=form.cleaned_data["role"])
+        outcome = member_invite(
+            actor=_user(request),
+            tenant=found,
+            project=None,
+            invitee=form.cleaned_data["username"],
+            role=form.cleaned_data["role"],
+            may_add_to_tenant=True,
+        )
     except ValidationError as error:
         return _tenant_page(request, found, add_values=values, add_errors=_service_errors(error), status=400)
-    role = TenantRole(form.cleaned_data["role"]).label
-    messages.success(request, f"{member.get_username()} joined tenant {found.slug} as {role}.")
+    role = TenantRole(form.cleaned_data["role"])
+    messages.success(request, _invited_message(outcome, where=f"tenant {found.slug}", role=role))
+    return redirect("tenant-detail", tenant=tenant)
+
+
+@require_POST
+@login_required
+def tenant_invitation_withdraw(request: HttpRequest, tenant: str, invitation_id: int) -> HttpResponse:
+    found = tenant_get_for_user(user=request.user, slug=tenant, action=TenantAction.MANAGE)
+    invitation = invitation_get(tenant=found, invitation_id=invitation_id)
+    try:
+        invitation_withdraw(actor=_user(request), invitation=invitation)
+    except Conflict as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, f"The invitation of {invitation.email} is withdrawn.")
     return redirect("tenant-detail", tenant=tenant)
 
 
@@ -738,6 +809,11 @@ urlpatterns = [
         name="project-member-remove",
     ),
     path(
+        "projects/<str:tenant>/<str:project>/invitations/<int:invitation_id>/withdraw/",
+        project_invitation_withdraw,
+        name="project-invitation-withdraw",
+    ),
+    path(
         "projects/<str:tenant>/<str:project>/allocations/<int:allocation_id>/",
         allocation_detail,
         name="allocation-detail",
@@ -756,6 +832,11 @@ urlpatterns = [
     path("tenants/<str:tenant>/members/", tenant_member_add, name="tenant-member-add"),
     path("tenants/<str:tenant>/members/<str:username>/", tenant_member_role, name="tenant-member-role"),
     path("tenants/<str:tenant>/members/<str:username>/remove/", tenant_member_remove, name="tenant-member-remove"),
+    path(
+        "tenants/<str:tenant>/invitations/<int:invitation_id>/withdraw/",
+        tenant_invitation_withdraw,
+        name="tenant-invitation-withdraw",
+    ),
     path("tokens/", token_list, name="token-list"),
     path("tokens/<int:token_id>/revoke/", token_revoke, name="token-revoke"),
 ]

@@ -43,6 +43,7 @@ from quotas.requests import (
     quota_request_decide,
     quota_request_get_for_user,
     quota_request_list_for_user,
+    quota_request_pending_to_decide_for_user,
     tenant_pool_list_for_user,
 )
 from quotas.selectors import allocation_get_for_user, allocation_list_for_user
@@ -154,14 +155,12 @@ def _administered_tenant_ids(user: AnyUser) -> set[int]:
 def request_queue(request: HttpRequest) -> HttpResponse:
     """Pending requests the user may decide: all for portal admins, their tenants' for tenant admins."""
     user = request.user
-    pending = quota_request_list_for_user(user=user).filter(state=QuotaRequestState.PENDING)
-    if not is_portal_admin(user):
-        administered = _administered_tenant_ids(user)
-        if not administered:
-            raise PermissionDenied(
-                "Quota requests are decided by tenant admins and portal admins; ask yours to decide your request."
-            )
-        pending = pending.filter(allocation__project__tenant__in=administered)
+    if not is_portal_admin(user) and not _administered_tenant_ids(user):
+        raise PermissionDenied(
+            "Quota requests are decided by tenant admins and portal admins; ask yours to decide your request."
+        )
+    # The same selector as the navigation's count, so the badge and the list agree.
+    pending = quota_request_pending_to_decide_for_user(user=user)
     context = {"page": _page(request, pending), "query": _query_without_page(request)}
     return render(request, "frontend/staff/requests.html", context)
 

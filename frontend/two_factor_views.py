@@ -28,6 +28,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_http_methods
 
 from portal.api_errors import error_body
+from tenants.invitations import invitations_accept
 from tenants.oidc import SESSION_KEY as PROVIDER_SIGN_IN_KEY
 from tenants.throttles import password_attempt_wait, password_failure_record, request_address
 from tenants.two_factor import (
@@ -101,6 +102,7 @@ def login_code_page(request: HttpRequest) -> HttpResponse:
             next_url = pending.get("next") or "/"
             del request.session[PENDING_KEY]
             login(request, user, backend=pending["backend"])
+            invitations_accept(user=user, verified_email=user.email)
             request.session.pop(PROVIDER_SIGN_IN_KEY, None)
             request.session[STATE_KEY] = "verified"
             return HttpResponseRedirect(next_url if _safe(request, next_url) else "/")

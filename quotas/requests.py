@@ -360,6 +360,13 @@ def quota_request_list_for_user(*, user: AnyUser) -> QuerySet[QuotaRequest]:
     return visible_to(requests, user=user, project_field="allocation__project")
 
 
+def quota_request_pending_to_decide_for_user(*, user: AnyUser) -> QuerySet[QuotaRequest]:
+    """Pending requests the user may decide: every one for portal admins, those of the tenants they administer
+    for tenant admins, none for anyone else (the navigation's count, the decision queue)."""
+    pending = quota_request_list_for_user(user=user).filter(state=QuotaRequestState.PENDING)
+    return administered_by(pending, user=user, tenant_field="allocation__project__tenant")
+
+
 def quota_request_get_for_user(
     *, user: AnyUser, request_id: int, action: QuotaRequestAction = QuotaRequestAction.VIEW
 ) -> QuotaRequest:

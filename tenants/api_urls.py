@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from tenants import apis
+from tenants import apis, invitation_apis
 
 urlpatterns = [
     path("tenants/", apis.TenantListApi.as_view(), name="api-tenant-list"),
@@ -14,6 +14,26 @@ urlpatterns = [
         "tenants/<str:tenant>/members/<str:username>/",
         apis.TenantMemberDetailApi.as_view(),
         name="api-tenant-member-detail",
+    ),
+    path(
+        "tenants/<str:tenant>/invitations/",
+        invitation_apis.TenantInvitationListApi.as_view(),
+        name="api-tenant-invitation-list",
+    ),
+    path(
+        "tenants/<str:tenant>/invitations/<int:invitation_id>/",
+        invitation_apis.TenantInvitationDetailApi.as_view(),
+        name="api-tenant-invitation-detail",
+    ),
+    path(
+        "tenants/<str:tenant>/projects/<str:project>/invitations/",
+        invitation_apis.ProjectInvitationListApi.as_view(),
+        name="api-project-invitation-list",
+    ),
+    path(
+        "tenants/<str:tenant>/projects/<str:project>/invitations/<int:invitation_id>/",
+        invitation_apis.ProjectInvitationDetailApi.as_view(),
+        name="api-project-invitation-detail",
     ),
     path("tenants/<str:tenant>/projects/", apis.TenantProjectListApi.as_view(), name="api-tenant-project-list"),
     path("tenants/<str:tenant>/projects/<str:project>/", apis.ProjectDetailApi.as_view(), name="api-project-detail"),

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 # Lower-case letters, digits and single hyphens, starting with a letter: safe in URLs, in Slurm account
@@ -233,3 +234,69 @@ class UserProfile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user}: {self.time_zone or 'browser time zone'}"
+
+
+class InvitationState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    ACCEPTED = "accepted", "Accepted"
+    WITHDRAWN = "withdrawn", "Withdrawn"
+    # Marked when a sign-in or a new invitation to the same place finds it past its date.
+    EXPIRED = "expired", "Expired"
+
+
+class MembershipInvitation(models.Model):
+    """A role kept for an e-mail address that no portal account has yet: it becomes the membership when someone
+    with that address, verified, signs in (tenants/invitations.py), unless withdrawn or past `expires_at` first.
+
+    With a project, the invitee joins the tenant as `tenant_role` and the project as `project_role`."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    tenant_role = models.CharField(max_length=20, choices=TenantRole.choices, default=TenantRole.MEMBER)
+    project_role = models.CharField(max_length=20, choices=ProjectRole.choices, blank=True)
+    state = models.CharField(max_length=20, choices=InvitationState.choices, default=InvitationState.PENDING)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    # Who the invitation became, or who withdrew it, and when.
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # One open invitation per address and place; a project-less one is the tenant's own.
+            models.UniqueConstraint(
+                Lower("email"),
+                "tenant",
+                "project",
+                condition=Q(state="pending"),
+                nulls_distinct=False,
+                name="invitation_pending_unique",
+            ),
+            models.CheckConstraint(
+                condition=(Q(project__isnull=True) & Q(project_role=""))
+                | (Q(project__isnull=False) & Q(project_role__in=ProjectRole.values)),
+                name="invitation_project_role_fits",
+            ),
+        ]
+        indexes = [models.Index(Lower("email"), "state", name="invitation_email_state")]
+
+    def __str__(self) -> str:
+        where = str(self.project) if self.project_id else self.tenant.slug
+        return f"{self.email} to {where}"
+
+    @property
+    def is_expired(self) -> bool:
+        return self.state == InvitationState.PENDING and self.expires_at <= timezone.now()
+
+    @property
+    def role_label(self) -> str:
+        if self.project_id:
+            return str(ProjectRole(self.project_role).label)
+        return str(TenantRole(self.tenant_role).label)

@@ -46,6 +46,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from tenants.directory import DirectoryConflict, SignInClaims, directory_conflict_notify, directory_sign_in_apply
+from tenants.invitations import invitations_accept
 from tenants.services import audit_record
 
 logger = logging.getLogger(__name__)
@@ -312,6 +313,9 @@ class SignInAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]
                 directory_sign_in_apply(
                     SignInClaims(user=user, provider_id=sociallogin.account.provider, provider_name=name, claims=claims)
                 )
+                # Invitations wait for an address: only one the provider says it verified may claim them.
+                if claims.get("email_verified") is True and claims.get("email"):
+                    invitations_accept(user=user, verified_email=str(claims["email"]))
         except DirectoryConflict as conflict:
             username = str(claims.get("preferred_username") or sociallogin.account.uid)
             directory_conflict_notify(provider_name=name, username=username, problem=conflict.problem)

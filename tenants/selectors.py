@@ -332,6 +332,10 @@ class UserReach:
     manages_a_project: bool
 
     @property
+    def decides_requests(self) -> bool:
+        return self.is_portal_admin or self.administers_a_tenant
+
+    @property
     def sees_spend(self) -> bool:
         return self.is_portal_admin or self.administers_a_tenant or self.manages_a_project
 

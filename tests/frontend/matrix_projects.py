@@ -41,6 +41,8 @@ PAGES: dict[str, dict[str, Case]] = {
         "POST": Case(page_only(302, PROJECT_MANAGERS), body=lambda w: {"role": "viewer"}, form=True)
     },
     PROJECT + "members/<str:username>/remove/": {"POST": Case(page_only(302, PROJECT_MANAGERS), form=True)},
+    # The world's invitation is the project's (a tenant admin invited an address into it).
+    PROJECT + "invitations/<int:invitation_id>/withdraw/": {"POST": Case(page_only(302, PROJECT_MANAGERS), form=True)},
     ALLOCATION: {"GET": Case(page_only(200, PROJECT_VIEWERS))},
     ALLOCATION + "requests/": {
         "POST": Case(
@@ -59,6 +61,9 @@ PAGES: dict[str, dict[str, Case]] = {
         "POST": Case(page_only(302, TENANT_ADMINS), body=lambda w: {"role": "admin"}, form=True)
     },
     "tenants/<str:tenant>/members/<str:username>/remove/": {"POST": Case(page_only(302, TENANT_ADMINS), form=True)},
+    "tenants/<str:tenant>/invitations/<int:invitation_id>/withdraw/": {
+        "POST": Case(page_only(302, TENANT_ADMINS), form=True)
+    },
     # Tokens are private to their owner (the world's token is the member's), portal admins included.
     "tokens/": {
         "GET": Case(page_everyone(200)),

@@ -55,4 +55,4 @@ def test_the_navigation_fits_every_width_and_offers_only_what_the_role_may_use(
     page = open_page(staff, viewport=viewport)
     page.goto("/")
     labels = [link.inner_text() for link in page.get_by_role("navigation", name="Main").get_by_role("link").all()]
-    assert labels == ["Dashboard", "Jobs", "Submit", "Clusters", "Projects", "Billing", "Admin"]
+    assert labels == ["Dashboard", "Jobs", "Submit", "Clusters", "Projects", "Requests", "Billing", "Admin"]

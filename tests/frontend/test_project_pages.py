@@ -275,7 +275,7 @@ def test_adding_a_member_shows_the_services_errors_beside_the_fields(acme: Acme)
         "&#x27;manager&#x27;, &#x27;member&#x27;, &#x27;viewer&#x27;.</p>"
     ) in bad_role.content.decode()
     empty = client.post(PROJECT_URL + "members/", {"username": "", "role": "viewer"})
-    assert "Give the username of the person to add." in empty.content.decode()
+    assert "Give the person&#x27;s portal username or e-mail address." in empty.content.decode()
     assert ProjectMembership.objects.filter(project=acme.project).count() == 3
 
 

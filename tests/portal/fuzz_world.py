@@ -23,6 +23,7 @@ from billing.usage import usage_import
 from jobs.job_services import JobRequest, job_submit
 from jobs.models import Job, JobState, JobTemplate
 from quotas.requests import quota_request_create
+from tenants.invitations import member_invite
 from tenants.notifications import notifications_send
 from tenants.services import token_create
 from tests.billing.usage_factories import at, charged_job, previous_month
@@ -86,6 +87,15 @@ def fuzz_world_build(log_root: Path) -> FuzzWorld:
     )
     (notification,) = notifications_send(users=[users["member"]], tenant=tenant, kind="x", title="fuzz", body="")
     invoice_id, rate_id, report_id = _billing(users["member"], project, cluster)
+    invitation = member_invite(
+        actor=users["tenant_admin"],
+        tenant=tenant,
+        project=project,
+        invitee="fz-invitee@example.org",
+        role="viewer",
+        may_add_to_tenant=True,
+    ).invitation
+    assert invitation is not None
     return FuzzWorld(
         identities={name: _identity(users[name]) for name in IDENTITIES},
         path_values={
@@ -101,6 +111,7 @@ def fuzz_world_build(log_root: Path) -> FuzzWorld:
             "rate_id": rate_id,
             "invoice_id": invoice_id,
             "report_id": report_id,
+            "invitation_id": str(invitation.pk),
         },
         field_values={
             "tenant": tenant.slug,

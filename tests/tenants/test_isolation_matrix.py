@@ -36,9 +36,11 @@ from jobs.models import Job, JobTemplate, ProjectEfficiencyPolicy
 from portal.routing import websocket_urlpatterns
 from quotas.models import Allocation, LedgerEntry, QuotaRequest, TenantPool
 from quotas.requests import quota_request_create
+from tenants.invitations import member_invite
 from tenants.models import (
     ApiToken,
     AuditEvent,
+    MembershipInvitation,
     Notification,
     Project,
     ProjectMembership,
@@ -91,6 +93,7 @@ class World:
     rate_id: str
     invoice_id: str
     report_id: str
+    invitation_id: str
 
 
 @pytest.fixture
@@ -101,6 +104,9 @@ def world(db: None, tmp_path: Path) -> World:
     project = make_project(tenant, PROJECT_SLUG)
     make_project(tenant, "sideproj")
     users["tenant_member"] = make_user("m-tenant-member")
+    # An address, so that project managers may invite this member of the tenant into the project by e-mail.
+    users["tenant_member"].email = "m-tenant-member@example.org"
+    users["tenant_member"].save(update_fields=["email"])
     add_tenant_member(tenant, users["tenant_member"])
     for role in ("viewer", "member", "manager"):
         users[role] = make_user(f"m-{role}")
@@ -141,7 +147,17 @@ def world(db: None, tmp_path: Path) -> World:
     )
     charged_job(project, cluster, start=at(last_month, 10), end=at(last_month, 11), user=users["member"])
     usage_import()
+    invitation = member_invite(
+        actor=users["tenant_admin"],
+        tenant=tenant,
+        project=project,
+        invitee="matrix-invitee@example.org",
+        role="viewer",
+        may_add_to_tenant=True,
+    ).invitation
+    assert invitation is not None
     return World(
+        invitation_id=str(invitation.pk),
         rate_id=str(rate.pk),
         report_id=str(
             ReconciliationReport.objects.create(
@@ -210,6 +226,25 @@ MATRIX: dict[str, dict[str, Case]] = {
         "GET": Case(only(200, INSIDERS)),
         "PATCH": Case(only(200, TENANT_ADMINS), body=lambda w: {"role": "admin"}),
         "DELETE": Case(only(204, TENANT_ADMINS)),
+    },
+    # Invitations by e-mail: the tenant's by its admins, a project's by its managers (the world's one is a project's).
+    "api/v1/tenants/<str:tenant>/invitations/": {
+        "GET": Case(only(200, TENANT_ADMINS)),
+        "POST": Case(only(201, TENANT_ADMINS), body=lambda w: {"email": "brand-new@example.org", "role": "member"}),
+    },
+    "api/v1/tenants/<str:tenant>/invitations/<int:invitation_id>/": {
+        "GET": Case(only(200, TENANT_ADMINS)),
+        "DELETE": Case(only(204, TENANT_ADMINS)),
+    },
+    "api/v1/tenants/<str:tenant>/projects/<str:project>/invitations/": {
+        "GET": Case(only(200, PROJECT_MANAGERS)),
+        "POST": Case(
+            only(201, PROJECT_MANAGERS), body=lambda w: {"email": w.users["tenant_member"].email, "role": "viewer"}
+        ),
+    },
+    "api/v1/tenants/<str:tenant>/projects/<str:project>/invitations/<int:invitation_id>/": {
+        "GET": Case(only(200, PROJECT_MANAGERS)),
+        "DELETE": Case(only(204, PROJECT_MANAGERS)),
     },
     "api/v1/tenants/<str:tenant>/projects/": {
         "GET": Case(only(200, INSIDERS)),
@@ -471,6 +506,7 @@ def _url(route: str, world: World, **overrides: str) -> str:
         "rate_id": world.rate_id,
         "invoice_id": world.invoice_id,
         "report_id": world.report_id,
+        "invitation_id": world.invitation_id,
         "cluster": "matrixcluster",
         "provider_id": "no-such-provider",
         "index": "0",
@@ -504,6 +540,7 @@ def database_fingerprint() -> str:
         list(Project.objects.order_by("pk").values_list("pk", "slug", "name", "description")),
         list(TenantMembership.objects.order_by("pk").values_list("pk", "user_id", "role")),
         list(ProjectMembership.objects.order_by("pk").values_list("pk", "user_id", "role")),
+        list(MembershipInvitation.objects.order_by("pk").values_list("pk", "state")),
         list(ApiToken.objects.order_by("pk").values_list("pk", "name", "revoked_at")),
         list(Job.objects.order_by("pk").values_list("pk", "state", "cancel_requested_at")),
         list(JobTemplate.objects.order_by("pk").values_list("pk", "name", "gpus")),
