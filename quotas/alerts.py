@@ -78,5 +78,5 @@ def _notify(*, allocation: Allocation, threshold: int, used: int) -> None:
         kind="quota.threshold",
         title=title,
         body=body,
-        link=f"/api/v1/allocations/{allocation.pk}/",
+        link=f"/projects/{project.tenant.slug}/{project.slug}/allocations/{allocation.pk}/",  # the page, not the API
     )

@@ -114,7 +114,7 @@ def test_each_threshold_is_announced_once_to_managers_and_tenant_admins(
         f"{allocation.starts_on} to {allocation.ends_on}; 5.0 GPU-hours are left. New jobs that need more than "
         "that are refused. Members can request more hours on the allocation."
     )
-    assert notification.link == f"/api/v1/allocations/{allocation_id}/"
+    assert notification.link == f"/projects/acme/vision/allocations/{allocation_id}/"
     assert sorted((m.to[0], m.subject) for m in mail.outbox) == [
         ("ada@example.org", "[GPU portal] acme/vision: 50% of the GPU-hours on matrixcluster are used"),
         ("mona@example.org", "[GPU portal] acme/vision: 50% of the GPU-hours on matrixcluster are used"),
