@@ -13,11 +13,16 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from playwright.sync_api import expect
 
+from clusters.clients import slurm_client_for
 from clusters.models import Cluster, ClusterAccount, ClusterUsageSample, Node
+from clusters.services import cluster_sync_inventory
 from jobs.models import Job, JobArrayTask, JobState
 from tenants.models import Project
 from tests.factories import add_project_member, add_tenant_member, make_project, make_tenant, make_user
+from tests.jobs.conftest import LiveProject, live_project  # noqa: F401  (the fixture, shared with tests/jobs)
+from tests.live_clusters import live_clusters
 
 # Everything that names tenant B's job: none of it may reach A's page.
 B_NAMES = ("betacorp", "Beta Corporation", "secretproj", "Secret Project Name", "bobby-b", "bobposix", "hidden-run")
@@ -268,3 +273,50 @@ def test_the_page_reads_a_fixed_number_of_queries_however_many_nodes_and_jobs(cl
         running_job(project, owner, board.cluster, f"run{number}", nodes=f"big{number:03d}", gpus=2)
 
     assert queries() == few
+
+
+# On the live local cluster, in a real browser ------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_job_shows_on_its_node_under_its_switch_in_a_browser(
+    live_project: LiveProject,  # noqa: F811
+    celery_worker: str,
+    open_page: Any,
+    screenshot: Any,
+) -> None:
+    local = next((cluster for cluster in live_clusters() if cluster.name == "local"), None)
+    if local is None or not local.switches:
+        pytest.skip("the local cluster was started before it described its network: run `make cluster`")
+    # Runs until the fixture cancels it: the page is read while it holds its GPU.
+    reply = live_project.submit(name="board-run", script="#!/bin/bash\nsleep 300\n", time_limit_minutes=5)
+    job = live_project.wait_for(reply["id"], lambda job: job.state == JobState.RUNNING, timeout=90)
+    cluster = Cluster.objects.get(pk=live_project.cluster.pk)
+    cluster_sync_inventory(cluster=cluster, client=slurm_client_for(cluster))
+    switch = local.switch_of(job.nodes)
+    assert switch  # h100's nodes, gpu[01-02], hang under leaf1
+    label = live_project.label
+
+    for viewport, size in (("desktop", "laptop"), ("phone", "phone")):
+        page = open_page(live_project.member, viewport=viewport)
+        page.goto("/clusters/local/")
+        card = page.locator(f"section[data-switch='{switch}'] article[data-node='{job.nodes}']")
+        held = card.locator("li.gpu-own")
+        expect(held).to_have_count(1)
+        expect(held).to_contain_text(label)
+        expect(held.get_by_role("link")).to_have_attribute("href", f"/jobs/{job.pk}/")
+        # The other switch's nodes are under it, not under this one.
+        other = next(name for name in local.switches if name != switch)
+        for name in local.switches[other]:
+            expect(page.locator(f"section[data-switch='{other}'] article[data-node='{name}']")).to_have_count(1)
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        # htmx swaps the board in again on its own: the held GPU is still there after an update.
+        updated = page.locator("#cluster-live .live-line time").inner_text()
+        page.wait_for_function(
+            "old => document.querySelector('#cluster-live .live-line time').textContent !== old",
+            arg=updated,
+            timeout=25000,
+        )
+        expect(page.locator(f"article[data-node='{job.nodes}'] li.gpu-own")).to_contain_text(label)
+        card.scroll_into_view_if_needed()
+        screenshot(page, f"cluster-nodes-{size}")
