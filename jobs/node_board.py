@@ -42,7 +42,7 @@ GPU_STATUS_LEGEND = (
     ("drained", "Drained: free, the node takes no new jobs"),
     ("down", "Down: the node is down or unreachable"),
 )
-ANOTHER_PROJECT = "another project"
+_STATUS_WORDS = {"own": "", "other": "another project", "idle": "idle", "drained": "drained", "down": "down"}
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class GpuSlot:
         """The cell's words (never colour alone)."""
         if self.holder is not None:
             return self.holder.project_label
-        return ANOTHER_PROJECT if self.status == "other" else self.status
+        return _STATUS_WORDS[self.status]
 
 
 @dataclass(frozen=True)
@@ -79,10 +79,7 @@ class NodeCard:
     cpus: int
     cpus_allocated: int
     gpus: list[GpuSlot]
-
-    @property
-    def gpus_in_use(self) -> int:
-        return sum(1 for gpu in self.gpus if gpu.status in ("own", "other"))
+    gpus_in_use: int
 
 
 @dataclass
@@ -206,6 +203,7 @@ def _node_card(node: Node, holds: list[_Hold]) -> NodeCard:
     for index in [index for index, slot in enumerate(slots) if slot is None][: max(unknown, 0)]:
         slots[index] = GpuSlot(index=index, status="other")
     free = _FREE_GPU_STATUS.get(node.state, "idle")
+    in_use = sum(1 for slot in slots if slot is not None)
     return NodeCard(
         name=node.name,
         state=node.state,
@@ -215,4 +213,5 @@ def _node_card(node: Node, holds: list[_Hold]) -> NodeCard:
         cpus=node.cpus,
         cpus_allocated=node.cpus_allocated,
         gpus=[slot or GpuSlot(index=index, status=free) for index, slot in enumerate(slots)],
+        gpus_in_use=in_use,
     )
