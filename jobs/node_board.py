@@ -49,10 +49,15 @@ _STATUS_WORDS = {"own": "", "other": "another project", "idle": "idle", "drained
 class GpuHolder:
     """A job of a project the viewer may view, holding a GPU."""
 
-    project_label: str
+    tenant_slug: str
+    project_slug: str
     job_id: uuid.UUID
     job_name: str
     username: str
+
+    @property
+    def project_label(self) -> str:
+        return f"{self.tenant_slug}/{self.project_slug}"
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,8 @@ def _holds_by_node(rows: Iterable[dict[str, Any]], *, named: set[int]) -> dict[s
         holder = None
         if row["project_id"] in named:
             holder = GpuHolder(
-                project_label=f"{row['project__tenant__slug']}/{row['project__slug']}",
+                tenant_slug=row["project__tenant__slug"],
+                project_slug=row["project__slug"],
                 job_id=row["id"],
                 job_name=row["name"],
                 username=row["cluster_username"],

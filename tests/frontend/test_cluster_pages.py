@@ -356,7 +356,7 @@ def test_dashboard_and_cluster_status_in_a_browser(open_page: Any, screenshot: A
 
     page.goto("/clusters/local/")
     assert page.get_by_role("heading", name="Cluster local", level=1).is_visible()
-    assert page.get_by_role("heading", name="Nodes").is_visible()
+    assert page.get_by_role("heading", name="Nodes", exact=True).is_visible()
     page.locator("[data-chart='usage-chart'] canvas").wait_for()
     # htmx replaces the figures on its own; the time they were updated changes without a reload.
     updated = page.locator("#cluster-live .live-line time").inner_text()
