@@ -351,11 +351,6 @@ def cluster_idle_while_waiting(*, cluster: Cluster, sample: ClusterUsageSample |
     return findings
 
 
-def cluster_node_list(*, cluster: Cluster) -> QuerySet[Node]:
-    """The cluster's nodes as of the last inventory sync, by name."""
-    return Node.objects.filter(cluster=cluster).order_by("name")
-
-
 def cluster_node_state_counts(*, cluster: Cluster) -> dict[str, int]:
     """How many nodes are in each state (idle, mixed, allocated, draining, drained, down, unknown)."""
     rows = Node.objects.filter(cluster=cluster).values("state").annotate(count=Count("pk")).order_by("state")

@@ -290,7 +290,7 @@ def test_a_running_job_shows_on_its_node_under_its_switch_in_a_browser(
         pytest.skip("the local cluster was started before it described its network: run `make cluster`")
     # Runs until the fixture cancels it: the page is read while it holds its GPU.
     reply = live_project.submit(name="board-run", script="#!/bin/bash\nsleep 300\n", time_limit_minutes=5)
-    job = live_project.wait_for(reply["id"], lambda job: job.state == JobState.RUNNING, timeout=90)
+    job = live_project.wait_for(reply["id"], lambda job: job.state == JobState.RUNNING, timeout=180)
     cluster = Cluster.objects.get(pk=live_project.cluster.pk)
     cluster_sync_inventory(cluster=cluster, client=slurm_client_for(cluster))
     switch = local.switch_of(job.nodes)
