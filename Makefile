@@ -106,6 +106,7 @@ bench: cluster database nginx
 		BENCH_CLUSTER=$$cluster $(PY) bench/state_latency.py; done
 	$(PY) bench/log_latency.py
 	$(PY) bench/invoice.py
+	$(PY) bench/cluster_page.py
 	$(PY) bench/history.py
 	$(PY) bench/http_topology.py
 

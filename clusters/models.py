@@ -275,7 +275,9 @@ class ClusterUsageSample(models.Model):
     # {"h100": {"total": 4, "used": 1, "idle": 2}}: idle counts only nodes that can take jobs (not drained/down).
     gpu_types = models.JSONField(default=dict)
     # {"h100": {"pending": 2, "running": 1, "pending_gpus": 3, "running_gpus": 1,
-    #           "pending_by_gpu_type": {"h100": {"jobs": 2, "gpus": 3}}, "pending_reasons": {"Resources": 2}}}
+    #           "pending_by_gpu_type": {"h100": {"jobs": 2, "gpus": 3}}, "running_by_gpu_type": {"h100": {"jobs": 1,
+    #           "gpus": 1}}, "pending_reasons": {"Resources": 2}}}
+    # (running_by_gpu_type: in samples recorded since the cluster page shows the queue per GPU type)
     # ("" as a GPU type: any type). Null when Slurm's job listing failed: the queue is unknown, not empty.
     partitions = models.JSONField(null=True, blank=True)
     nodes_by_state = models.JSONField(default=dict, help_text='{"idle": 2, "mixed": 1, ...}')

@@ -231,6 +231,44 @@ def cluster_queue_by_partition(*, cluster: Cluster, sample: ClusterUsageSample |
 
 
 @dataclass(frozen=True)
+class GpuTypeQueue:
+    """Jobs of one partition that ask for one GPU type ("": any type, or none), waiting and running."""
+
+    partition: str
+    gpu_type: str
+    pending: int
+    pending_gpus: int
+    running: int | None  # None: the sample predates the running figures per type
+    running_gpus: int | None
+
+
+def cluster_queue_by_gpu_type(*, sample: ClusterUsageSample | None) -> list[GpuTypeQueue] | None:
+    """The sample's queue split by partition and the GPU type the jobs ask for, by partition then type; None when
+    the queue is unknown. Jobs asking for no particular type are the type "" (the page says "any")."""
+    if sample is None or sample.partitions is None:
+        return None
+    rows = []
+    for partition, entry in sorted(dict(sample.partitions).items()):
+        pending = dict(entry.get("pending_by_gpu_type", {}))
+        running = entry.get("running_by_gpu_type")
+        types = set(pending) | set(running or {})
+        for gpu_type in sorted(types):
+            waiting = pending.get(gpu_type, {})
+            held = (running or {}).get(gpu_type, {})
+            rows.append(
+                GpuTypeQueue(
+                    partition=partition,
+                    gpu_type=gpu_type,
+                    pending=int(waiting.get("jobs", 0)),
+                    pending_gpus=int(waiting.get("gpus", 0)),
+                    running=None if running is None else int(held.get("jobs", 0)),
+                    running_gpus=None if running is None else int(held.get("gpus", 0)),
+                )
+            )
+    return rows
+
+
+@dataclass(frozen=True)
 class GpuTypeUsage:
     name: str
     total: int
@@ -311,11 +349,6 @@ def cluster_idle_while_waiting(*, cluster: Cluster, sample: ClusterUsageSample |
                     )
                 )
     return findings
-
-
-def cluster_node_list(*, cluster: Cluster) -> QuerySet[Node]:
-    """The cluster's nodes as of the last inventory sync, by name."""
-    return Node.objects.filter(cluster=cluster).order_by("name")
 
 
 def cluster_node_state_counts(*, cluster: Cluster) -> dict[str, int]:

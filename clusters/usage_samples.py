@@ -87,12 +87,16 @@ def _queue_by_partition(jobs: Sequence[SlurmJob]) -> dict[str, dict[str, Any]]:
                     "pending_gpus": 0,
                     "running_gpus": 0,
                     "pending_by_gpu_type": {},
+                    "running_by_gpu_type": {},
                     "pending_reasons": {},
                 },
             )
             if job.state is JobState.RUNNING:
                 entry["running"] += 1
                 entry["running_gpus"] += job.gpus
+                running = entry["running_by_gpu_type"].setdefault(job.gpu_type or "", {"jobs": 0, "gpus": 0})
+                running["jobs"] += 1
+                running["gpus"] += job.gpus
                 continue
             entry["pending"] += 1
             entry["pending_gpus"] += job.gpus

@@ -7,7 +7,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import URLPattern, path
@@ -16,6 +15,7 @@ from django.views.decorators.http import require_safe
 
 from clusters.models import Cluster, ClusterUsageSample
 from clusters.selectors import (
+    GpuTypeQueue,
     GpuTypeUsage,
     IdleWhileWaiting,
     PartitionQueue,
@@ -24,18 +24,18 @@ from clusters.selectors import (
     cluster_gpu_type_usage,
     cluster_idle_while_waiting,
     cluster_list_for_user,
-    cluster_node_list,
     cluster_node_state_counts,
+    cluster_queue_by_gpu_type,
     cluster_queue_by_partition,
     cluster_usage_latest,
     cluster_usage_series,
 )
+from jobs.node_board import GPU_STATUS_LEGEND, cluster_node_board
 from jobs.reasons import pending_reason_text
 
 # Workers sync every 30 s (CLUSTER_SYNC_INTERVAL_SECONDS): five minutes without one means they are not syncing.
 STALE_AFTER = timedelta(minutes=5)
 RANGES = {"24h": ("Last 24 hours", timedelta(hours=24)), "7d": ("Last 7 days", timedelta(days=7))}
-NODE_PAGE_SIZE = 25
 POLL_SECONDS = 10
 NODE_STATE_ORDER = ("idle", "mixed", "allocated", "draining", "drained", "down", "unknown")
 
@@ -72,6 +72,7 @@ class ClusterSummary:
     gpus_used: int
     gpus_idle: int
     queue: list[PartitionQueue] | None
+    queue_by_gpu_type: list[GpuTypeQueue] | None
     pending: int
     running: int
     callouts: list[Callout]
@@ -114,6 +115,7 @@ def _summary(cluster: Cluster, now: datetime) -> ClusterSummary:
         gpus_used=sum(gpu.used for gpu in gpus),
         gpus_idle=sum(gpu.idle for gpu in gpus),
         queue=queue,
+        queue_by_gpu_type=cluster_queue_by_gpu_type(sample=sample),
         pending=sum(row.pending for row in queue or []),
         running=sum(row.running for row in queue or []),
         callouts=callouts,
@@ -136,17 +138,18 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
 @require_safe
 @login_required
 def cluster_detail(request: HttpRequest, cluster: str) -> HttpResponse:
-    """One cluster: health, nodes by state, GPUs per type, queue per partition, idle GPUs while jobs wait,
-    utilisation over time. htmx polls the figures (the part below the chart) every few seconds."""
+    """One cluster: health, GPUs per type, the queue per partition and GPU type, idle GPUs while jobs wait, every
+    node with its GPUs grouped by switch (who holds each: the viewer's own projects named, any other "another
+    project"), utilisation over time. htmx polls the figures and the node board (the part above the chart)."""
     found = cluster_get_for_user(user=request.user, name=cluster)
     now = timezone.now()
     summary = _summary(found, now)
-    nodes = Paginator(cluster_node_list(cluster=found), NODE_PAGE_SIZE).get_page(request.GET.get("page"))
     counts = cluster_node_state_counts(cluster=found)
     context: dict[str, Any] = {
         "summary": summary,
         "cluster": found,
-        "nodes": nodes,
+        "switches": cluster_node_board(cluster=found, user=request.user),
+        "gpu_legend": GPU_STATUS_LEGEND,
         "node_states": [(state, counts[state]) for state in NODE_STATE_ORDER if counts.get(state)],
         "now": now,
         "poll_seconds": POLL_SECONDS,

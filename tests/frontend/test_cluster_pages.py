@@ -101,6 +101,7 @@ def test_a_sample_records_gpus_per_type_nodes_per_state_and_the_queue_per_partit
             "pending_gpus": 1,
             "running_gpus": 0,
             "pending_by_gpu_type": {"h100": {"jobs": 1, "gpus": 1}},
+            "running_by_gpu_type": {},
             "pending_reasons": {"Priority": 1},
         },
         "gpu": {
@@ -109,6 +110,7 @@ def test_a_sample_records_gpus_per_type_nodes_per_state_and_the_queue_per_partit
             "pending_gpus": 3,
             "running_gpus": 3,
             "pending_by_gpu_type": {"h100": {"jobs": 2, "gpus": 3}},
+            "running_by_gpu_type": {"h100": {"jobs": 1, "gpus": 3}},
             "pending_reasons": {"Priority": 2},
         },
     }
@@ -211,7 +213,8 @@ def test_idle_gpus_while_jobs_wait_are_called_out_precisely(client: Client, memb
         "4 h100 GPUs idle while 3 jobs wait in partition <strong>gpu</strong> (asking for 5 h100 GPUs). "
         "Slurm's reasons: 3 \N{MULTIPLICATION SIGN} waiting behind jobs with a higher priority." in page
     )
-    assert '<span class="badge badge-drained">drained</span><br><span class="hint">bad fan</span>' in page
+    assert '<h4 id="node-n2">n2 <span class="badge badge-drained">drained</span></h4>' in page
+    assert '<p class="node-reason">bad fan</p>' in page
     assert (
         '<li><span class="badge badge-idle">1 idle</span></li>'
         '<li><span class="badge badge-drained">1 drained</span></li>' in page
@@ -353,7 +356,7 @@ def test_dashboard_and_cluster_status_in_a_browser(open_page: Any, screenshot: A
 
     page.goto("/clusters/local/")
     assert page.get_by_role("heading", name="Cluster local", level=1).is_visible()
-    assert page.get_by_role("heading", name="Nodes").is_visible()
+    assert page.get_by_role("heading", name="Nodes", exact=True).is_visible()
     page.locator("[data-chart='usage-chart'] canvas").wait_for()
     # htmx replaces the figures on its own; the time they were updated changes without a reload.
     updated = page.locator("#cluster-live .live-line time").inner_text()
