@@ -29,7 +29,14 @@ from clusters.models import Cluster
 from clusters.selectors import cluster_list_active, cluster_list_for_user
 from jobs.end_watches import job_end_watch_set, job_end_watching, pipeline_end_watch_set, pipeline_end_watching
 from jobs.fitting import CoveredShape, covered_shape_choose, free_alternatives
-from jobs.job_services import JobRequest, job_cancel, job_submit, job_template_resolve
+from jobs.job_services import (
+    JobRequest,
+    environment_variable_problems,
+    job_cancel,
+    job_submission_problems,
+    job_submit,
+    job_template_resolve,
+)
 from jobs.models import ACTIVE_JOB_STATES, DependencyCondition, Job, JobArrayTask, JobState
 from jobs.pipelines import DependencyRequest, Edge, Pipeline, cancel_effects, pipeline_of
 from jobs.reasons import pending_reason_text
@@ -83,6 +90,8 @@ class JobForm(forms.Form):
     switches = forms.IntegerField(required=False, min_value=-1000, max_value=100_000)
     switch_wait_minutes = forms.IntegerField(required=False, min_value=-1000, max_value=100_000)
     time_limit_minutes = forms.IntegerField(required=False, min_value=-1000, max_value=10_000_000)
+    cpus = forms.IntegerField(required=False, min_value=-1000, max_value=100_000)
+    memory_gb = forms.IntegerField(required=False, min_value=-1000, max_value=1_000_000)
     name = forms.CharField(max_length=1000, required=False, strip=False)
     script = forms.CharField(max_length=10_000_000, required=False, strip=False)
     environment = forms.CharField(max_length=1_000_000, required=False, strip=False)
@@ -118,7 +127,8 @@ class JobForm(forms.Form):
         return str(self.cleaned_data["script"]).replace("\r\n", "\n")
 
     def clean_environment(self) -> dict[str, str]:
-        """One `NAME=value` per line; blank lines and lines starting with # are skipped."""
+        """One `NAME=value` per line; blank lines and lines starting with # are skipped. Every bad line is named
+        by its number, checked by the same rule the API applies to each variable."""
         variables: dict[str, str] = {}
         problems = []
         for number, line in enumerate(self.cleaned_data["environment"].splitlines(), start=1):
@@ -128,13 +138,17 @@ class JobForm(forms.Form):
             if not equals:
                 problems.append(f"Line {number}: write NAME=value.")
                 continue
-            variables[key.strip()] = value
+            key = key.strip()
+            problems += [f"Line {number}: {trouble}" for trouble in environment_variable_problems(key, value)]
+            variables[key] = value
         if problems:
             raise ValidationError(problems)
         return variables
 
     def job_request(self) -> JobRequest:
-        data = self.cleaned_data
+        """The request as parsed; a field that did not parse is left out (None), for `job_submission_problems`
+        to check the others."""
+        data = {field: None for field in self.fields} | self.cleaned_data
         return JobRequest(
             cluster=data["cluster"],
             partition=data["partition"] or None,
@@ -144,6 +158,8 @@ class JobForm(forms.Form):
             max_switches=data["switches"],
             switch_wait_minutes=data["switch_wait_minutes"],
             time_limit_minutes=data["time_limit_minutes"],
+            cpus=data["cpus"],
+            memory_gb=data["memory_gb"],
             name=data["name"] or None,
             script=data["script"] or None,
             environment=data["environment"],
@@ -164,6 +180,8 @@ class JobForm(forms.Form):
             "max_switches",
             "switch_wait_minutes",
             "time_limit_minutes",
+            "cpus",
+            "memory_gb",
             "name",
             "script",
             "environment",
@@ -215,6 +233,8 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
         "switches": None,
         "switch_wait_minutes": None,
         "time_limit_minutes": (default.default_time_minutes if default else None) or 60,
+        "cpus": None,
+        "memory_gb": None,
         "name": "",
         "script": DEFAULT_SCRIPT,
         "environment": "",
@@ -229,6 +249,8 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
             gpus=template.gpus,
             nodes=template.node_count,
             time_limit_minutes=template.time_limit_minutes,
+            cpus=template.cpus,
+            memory_gb=template.memory_gb,
             name=template.name,
             script=template.script,
             environment=_environment_text(dict(template.environment)),
@@ -275,6 +297,7 @@ def _render_submit(
         choices = replace(choices, projects=[rerun_of.project], project=rerun_of.project)
     # Errors that concern no single field go to the top of the form, with the service's conflicts.
     form_errors = [*(form_errors or []), *errors.pop("__all__", [])]
+    partitions = list(choices.cluster.partitions.all()) if choices.cluster else []
     query = {
         "project": _label(choices.project) if choices.project else "",
         "cluster": choices.cluster.name if choices.cluster else "",
@@ -288,7 +311,9 @@ def _render_submit(
         "template_missing": template_missing,
         "templates": _templates(request, choices.project),
         "template_query": urlencode(query),
-        "partitions": list(choices.cluster.partitions.all()) if choices.cluster else [],
+        "partitions": partitions,
+        # Its nodes' CPUs and memory are the limits the form names beside those fields.
+        "chosen_partition": next((p for p in partitions if p.name == values.get("partition")), None),
         # A pipeline's step waits for jobs of the same project on the same cluster (not offered for a rerun).
         "parent_choices": []
         if rerun_of is not None or choices.project is None
@@ -348,6 +373,8 @@ def _rerun_form(request: HttpRequest, *, job_id: str) -> HttpResponse:
         "switches": job.max_switches,
         "switch_wait_minutes": job.switch_wait_minutes,
         "time_limit_minutes": job.time_limit_minutes,
+        "cpus": job.cpus,
+        "memory_gb": job.memory_gb,
         "name": job.name,
         "script": job.script,
         "environment": _environment_text(dict(job.environment)),
@@ -370,7 +397,7 @@ def _submit(request: HttpRequest) -> HttpResponse:
     if original is None:
         form.depends_on_from(request.POST)
     if not valid or form.errors:
-        errors = {field: [str(text) for text in texts] for field, texts in form.errors.items()}
+        errors = _every_error(request, form=form, original=original)
         return _render_submit(request, choices=choices, values=values, errors=errors, rerun_of=original)
     try:
         if original is not None:
@@ -387,6 +414,24 @@ def _submit(request: HttpRequest) -> HttpResponse:
     messages.success(request, f"Job “{job.name}” was accepted; a worker is handing it to {job.cluster.name}.")
     # (A job of a pipeline waits in Slurm for its parents: its page shows them.)
     return redirect("job-detail", job_id=job.pk)
+
+
+def _every_error(request: HttpRequest, *, form: JobForm, original: Job | None) -> dict[str, list[str]]:
+    """The form's own errors, and what `job_submit` would say of the fields that did parse: one bad field (a
+    bad line of the environment) must not hide the others' errors until the next try."""
+    errors = {field: [str(text) for text in texts] for field, texts in form.errors.items()}
+    project = original.project if original is not None else None
+    if project is None and "project" in form.cleaned_data:
+        project = project_get_by_label_for_user(
+            user=request.user, label=form.cleaned_data["project"], action=ProjectAction.SUBMIT
+        )
+    if project is None or "cluster" not in form.cleaned_data:
+        return errors
+    problems = job_submission_problems(user=request.user, project=project, request=form.job_request())  # type: ignore[arg-type]
+    for field, texts in problems.items():
+        if field not in errors:  # a field the form could not parse was left out, so has only the form's errors
+            errors[field] = list(texts)
+    return errors
 
 
 def _field_errors(error: ValidationError) -> dict[str, list[str]]:
@@ -416,6 +461,7 @@ def job_estimate_partial(request: HttpRequest) -> HttpResponse:
         context["problems"] = [text for texts in _field_errors(error).values() for text in texts]
     else:
         context["estimate"] = estimate
+        context["resources"] = {"cpus": data["cpus"], "memory_gb": data["memory_gb"]}
     return render(request, "frontend/jobs/_estimate.html", context)
 
 
