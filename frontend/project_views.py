@@ -543,6 +543,7 @@ def burn_down_chart(series: UsageSeries, projection: Projection, today: date) ->
         "kind": "line",
         "x": [_unix(day) for day in days],
         "unit": "GPU-hours",
+        "quantity": "Remaining",
         "series": [
             {"label": "Remaining", "values": actual, "color": "#0b5cad"},
             {"label": "Projected", "values": projected, "color": "#b35900", "dash": True},
