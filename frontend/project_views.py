@@ -37,6 +37,7 @@ from quotas.requests import (
     quota_request_create,
     quota_request_get_for_user,
     quota_request_list_for_user,
+    quota_request_problems,
     quota_request_withdraw,
 )
 from quotas.selectors import allocation_get_for_user, allocation_ledger, allocation_list_for_user
@@ -113,6 +114,32 @@ def _service_errors(error: ValidationError) -> Errors:
     if hasattr(error, "error_dict"):
         return {NON_FIELD if field == "__all__" else field: messages for field, messages in error.message_dict.items()}
     return {NON_FIELD: list(error.messages)}
+
+
+def _every_error(form: forms.Form, problems: dict[str, list[str]]) -> Errors:
+    """The form's errors, and the service's problems with the fields the form did read: a field that would not
+    parse must not hide the others' errors until the next try."""
+    errors = _form_errors(form)
+    for field, messages_ in problems.items():
+        errors.setdefault(NON_FIELD if field == "__all__" else field, list(messages_))
+    return errors
+
+
+def _member_add_errors(form: MemberAddForm, roles: type[TenantRole] | type[ProjectRole]) -> tuple[User | None, Errors]:
+    """The person to add and every error of the add form at once: an unknown username and a bad role together."""
+    form.is_valid()
+    problems: dict[str, list[str]] = {}
+    member = None
+    username = form.cleaned_data.get("username", "").strip()
+    if username:
+        try:
+            member = services.user_get_by_username(username=username)
+        except ValidationError as error:
+            problems.update(error.message_dict)
+    role = form.cleaned_data.get("role", "")
+    if role and (problem := services.role_problem(role, roles)):
+        problems["role"] = [problem]
+    return member, _every_error(form, problems)
 
 
 def _project(request: HttpRequest, tenant: str, project: str, action: ProjectAction = ProjectAction.VIEW) -> Project:
@@ -303,10 +330,10 @@ def project_members(request: HttpRequest, tenant: str, project: str) -> HttpResp
     found = _project(request, tenant, project, ProjectAction.MANAGE)
     form = MemberAddForm(request.POST)
     values = {"username": request.POST.get("username", "").strip(), "role": request.POST.get("role", "")}
-    if not form.is_valid():
-        return _project_members_page(request, found, add_values=values, add_errors=_form_errors(form), status=400)
+    member, errors = _member_add_errors(form, ProjectRole)
+    if errors or member is None:
+        return _project_members_page(request, found, add_values=values, add_errors=errors, status=400)
     try:
-        member = services.user_get_by_username(username=form.cleaned_data["username"].strip())
         services.project_member_add(actor=request.user, project=found, user=member, role=form.cleaned_data["role"])
     except ValidationError as error:
         return _project_members_page(request, found, add_values=values, add_errors=_service_errors(error), status=400)
@@ -383,10 +410,10 @@ def tenant_member_add(request: HttpRequest, tenant: str) -> HttpResponse:
     found = tenant_get_for_user(user=request.user, slug=tenant, action=TenantAction.MANAGE)
     form = MemberAddForm(request.POST)
     values = {"username": request.POST.get("username", "").strip(), "role": request.POST.get("role", "")}
-    if not form.is_valid():
-        return _tenant_page(request, found, add_values=values, add_errors=_form_errors(form), status=400)
+    member, errors = _member_add_errors(form, TenantRole)
+    if errors or member is None:
+        return _tenant_page(request, found, add_values=values, add_errors=errors, status=400)
     try:
-        member = services.user_get_by_username(username=form.cleaned_data["username"].strip())
         services.tenant_member_add(actor=request.user, tenant=found, user=member, role=form.cleaned_data["role"])
     except ValidationError as error:
         return _tenant_page(request, found, add_values=values, add_errors=_service_errors(error), status=400)
@@ -617,7 +644,11 @@ def allocation_request_create(request: HttpRequest, tenant: str, project: str, a
     values = {key: request.POST.get(key, "") for key in ("gpu_hours", "justification")}
     form = QuotaRequestForm(request.POST)
     if not form.is_valid():
-        return _allocation_page(request, found, allocation, values=values, errors=_form_errors(form), status=400)
+        problems = quota_request_problems(
+            gpu_hours=form.cleaned_data.get("gpu_hours"), justification=form.cleaned_data.get("justification", "")
+        )
+        errors = _every_error(form, problems)
+        return _allocation_page(request, found, allocation, values=values, errors=errors, status=400)
     try:
         created = quota_request_create(
             actor=_user(request),
@@ -686,6 +717,11 @@ def _token_list_page(
     return render(request, "frontend/tokens/list.html", context, status=status)
 
 
+def _token_expiry(last_day: date | None) -> datetime | None:
+    """The token works until the end of its last day (UTC)."""
+    return datetime.combine(last_day + timedelta(days=1), time.min, tzinfo=UTC) if last_day else None
+
+
 @require_http_methods(["GET", "HEAD", "POST"])
 @login_required
 def token_list(request: HttpRequest) -> HttpResponse:
@@ -695,12 +731,17 @@ def token_list(request: HttpRequest) -> HttpResponse:
     values = {key: request.POST.get(key, "") for key in ("name", "expires_at")}
     form = TokenForm(request.POST)
     if not form.is_valid():
-        return _token_list_page(request, values=values, errors=_form_errors(form), status=400)
-    last_day: date | None = form.cleaned_data["expires_at"]
-    expires_at = datetime.combine(last_day + timedelta(days=1), time.min, tzinfo=UTC) if last_day else None
+        problems = services.token_problems(
+            user=_user(request),
+            name=form.cleaned_data.get("name", ""),
+            expires_at=_token_expiry(form.cleaned_data.get("expires_at")),
+        )
+        return _token_list_page(request, values=values, errors=_every_error(form, problems), status=400)
     try:
         token, secret = services.token_create(
-            user=_user(request), name=form.cleaned_data["name"], expires_at=expires_at
+            user=_user(request),
+            name=form.cleaned_data["name"],
+            expires_at=_token_expiry(form.cleaned_data["expires_at"]),
         )
     except ValidationError as error:
         return _token_list_page(request, values=values, errors=_service_errors(error), status=400)

@@ -81,7 +81,9 @@ def test_three_bad_fields_give_three_messages_beside_three_fields_at_once(shop: 
     """A bad line of the environment used to hide every other error until it was fixed."""
     environment = "JUST_A_NAME\r\nEPOCHS=3\r\n1BAD=x\r\nSLURM_JOB_NAME=mine\r\n"
 
-    html = shop.client("member").post("/jobs/new/", _form(environment=environment, gpus="9", cpus="99")).content.decode()
+    html = (
+        shop.client("member").post("/jobs/new/", _form(environment=environment, gpus="9", cpus="99")).content.decode()
+    )
 
     assert _field_error(html, "environment") == (  # one paragraph per line, tags stripped
         "Line 1: write NAME=value."
