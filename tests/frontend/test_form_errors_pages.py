@@ -22,13 +22,14 @@ def _error_beside(page: str, input_id: str, error_id: str) -> str:
     assert tag, f"no #{input_id}"
     assert 'aria-invalid="true"' in tag.group(0), f"#{input_id} is not marked invalid"
     described = re.search(r'aria-describedby="([^"]*)"', tag.group(0))
-    assert described and error_id in described.group(1).split(), f"#{input_id} does not point at #{error_id}"
+    assert described, f"#{input_id} is described by nothing"
+    assert error_id in described.group(1).split(), f"#{input_id} does not point at #{error_id}"
     message = re.search(rf'<p class="field-error" id="{error_id}">(.*?)</p>', page, re.S)
     assert message, f"no #{error_id}"
     return html.unescape(message.group(1).strip())
 
 
-def test_the_quota_request_form_names_a_bad_number_and_a_missing_justification_at_once(acme: Acme) -> None:
+def test_the_quota_request_form_names_a_bad_number_and_a_missing_justification_at_once(acme: Acme) -> None:  # noqa: F811
     url = f"{PROJECT_URL}allocations/{acme.allocation.pk}/requests/"
 
     response = client_for(acme.member).post(url, {"gpu_hours": "lots", "justification": "  "})
@@ -44,7 +45,7 @@ def test_the_quota_request_form_names_a_bad_number_and_a_missing_justification_a
     assert not QuotaRequest.objects.exists()
 
 
-def test_the_token_form_names_a_bad_date_and_a_missing_name_at_once(acme: Acme) -> None:
+def test_the_token_form_names_a_bad_date_and_a_missing_name_at_once(acme: Acme) -> None:  # noqa: F811
     response = client_for(acme.member).post("/tokens/", {"name": " ", "expires_at": "next week"})
 
     assert response.status_code == 400
@@ -58,7 +59,7 @@ def test_the_token_form_names_a_bad_date_and_a_missing_name_at_once(acme: Acme) 
     assert not ApiToken.objects.exists()
 
 
-def test_the_token_form_names_a_past_expiry_and_a_missing_name_at_once(acme: Acme) -> None:
+def test_the_token_form_names_a_past_expiry_and_a_missing_name_at_once(acme: Acme) -> None:  # noqa: F811
     page = client_for(acme.member).post("/tokens/", {"name": "", "expires_at": "2020-01-01"}).content.decode()
 
     assert _error_beside(page, "token-name", "token-name-error").startswith("Give the token a name")
@@ -77,7 +78,10 @@ def test_the_token_form_names_a_past_expiry_and_a_missing_name_at_once(acme: Acm
     ids=["project", "tenant"],
 )
 def test_the_member_forms_name_an_unknown_user_and_a_bad_role_at_once(
-    acme: Acme, url: str, memberships: type, roles: str
+    acme: Acme,  # noqa: F811
+    url: str,
+    memberships: type[ProjectMembership] | type[TenantMembership],
+    roles: str,
 ) -> None:
     before = memberships.objects.count()
 
