@@ -132,3 +132,19 @@ def test_the_api_refuses_cpus_and_memory_beyond_the_nodes_by_name_with_every_pro
         "environment": ["'1BAD' is not a valid variable name: use letters, digits and '_', not starting with a digit."],
     }
     assert Job.objects.count() == 0
+
+
+def test_the_estimate_api_checks_cpus_and_memory_as_a_submission_does(shop: Shop) -> None:  # noqa: F811
+    api = APIClient()
+    api.force_authenticate(shop.users["member"])
+    body = {"project": "acme/vision", "cluster": "pagecluster", "partition": "gpu"}
+
+    fits = api.post("/api/v1/estimates/", {**body, "cpus": 8, "memory_gb": 16}, format="json")
+    refused = api.post("/api/v1/estimates/", {**body, "cpus": 9, "memory_gb": 17}, format="json")
+
+    assert fits.status_code == 200, fits.json()
+    assert refused.status_code == 400
+    assert refused.json()["fields"] == {
+        "cpus": [TOO_MANY_CPUS.replace("&#x27;", "'")],
+        "memory_gb": [TOO_MUCH_MEMORY.replace("&#x27;", "'")],
+    }
