@@ -452,13 +452,16 @@ def job_estimate_partial(request: HttpRequest) -> HttpResponse:
         context["problems"] = ["Choose a project and a cluster to see what the job would cost."]
         return render(request, "frontend/jobs/_estimate.html", context)
     project = project_get_by_label_for_user(user=request.user, label=data["project"], action=ProjectAction.VIEW)
-    if form.errors:
-        context["problems"] = [text for texts in form.errors.values() for text in texts]
-        return render(request, "frontend/jobs/_estimate.html", context)
+    # The form's own problems, and (checked on the fields that parsed) the shape's: all of them at once.
+    problems = [str(text) for texts in form.errors.values() for text in texts]
+    estimate: Estimate | None = None
     try:
-        estimate: Estimate = estimate_for_request(project=project, request=form.job_request())
+        estimate = estimate_for_request(project=project, request=form.job_request())
     except ValidationError as error:
-        context["problems"] = [text for texts in _field_errors(error).values() for text in texts]
+        shape_problems = _field_errors(error)
+        problems += [text for field, texts in shape_problems.items() if field not in form.errors for text in texts]
+    if problems or estimate is None:
+        context["problems"] = problems
     else:
         context["estimate"] = estimate
         context["resources"] = {"cpus": data["cpus"], "memory_gb": data["memory_gb"]}

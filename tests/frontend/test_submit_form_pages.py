@@ -148,3 +148,17 @@ def test_the_estimate_api_checks_cpus_and_memory_as_a_submission_does(shop: Shop
         "cpus": [TOO_MANY_CPUS.replace("&#x27;", "'")],
         "memory_gb": [TOO_MUCH_MEMORY.replace("&#x27;", "'")],
     }
+
+
+def test_the_estimate_lists_every_problem_of_the_form_at_once(shop: Shop) -> None:  # noqa: F811
+    html = (
+        shop.client("member")
+        .post("/jobs/new/estimates/", _form(environment="JUST_A_NAME", gpus="9", memory_gb="17"))
+        .content.decode()
+    )
+
+    problems = re.findall(r"<li>(.*?)</li>", html, re.S)
+    assert problems[0] == "Line 1: write NAME=value."
+    assert problems[1].startswith("`gpus` counts the GPUs on each node")
+    assert problems[2] == TOO_MUCH_MEMORY
+    assert len(problems) == 3
