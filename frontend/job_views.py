@@ -26,7 +26,7 @@ from billing.efficiency import job_waste_for
 from billing.estimates import Estimate, estimate_for_request, job_estimate
 from billing.selectors import job_usage
 from clusters.models import Cluster
-from clusters.selectors import cluster_list_active, cluster_list_for_user
+from clusters.selectors import cluster_list_active, cluster_list_for_user, submission_target_get
 from jobs.end_watches import job_end_watch_set, job_end_watching, pipeline_end_watch_set, pipeline_end_watching
 from jobs.fitting import CoveredShape, covered_shape_choose, free_alternatives
 from jobs.job_services import (
@@ -464,7 +464,13 @@ def job_estimate_partial(request: HttpRequest) -> HttpResponse:
         context["problems"] = problems
     else:
         context["estimate"] = estimate
-        context["resources"] = {"cpus": data["cpus"], "memory_gb": data["memory_gb"]}
+        # With the chosen partition's limits: the form's hints name those of the partition it was drawn with.
+        target = submission_target_get(cluster_name=estimate.cluster_name, user=request.user)
+        context["resources"] = {
+            "cpus": data["cpus"],
+            "memory_gb": data["memory_gb"],
+            "partition": target.partitions.get(estimate.partition) if target else None,
+        }
     return render(request, "frontend/jobs/_estimate.html", context)
 
 

@@ -56,10 +56,13 @@ def test_the_form_names_the_partitions_limits_and_the_estimate_the_cpus_and_memo
 
     assert "The nodes of gpu have up to 8 CPUs. Empty: the partition's default." in form
     assert "The nodes of gpu have up to 16 GB. Empty: the partition's default." in form
-    assert '<p class="estimate-resources" id="estimate-resources">On each node: 8 CPUs and 16 GB of memory.</p>' in (
-        estimate
+    assert (
+        '<p class="estimate-resources" id="estimate-resources">On each node: 8 CPUs and 16 GB of memory. The nodes of '
+        "gpu have up to 8 CPUs and 16 GB.</p>"
+    ) in estimate
+    assert "CPUs and memory: the partition's defaults on each node. The nodes of gpu have up to 8 CPUs and 16 GB." in (
+        defaults
     )
-    assert "CPUs and memory: the partition's defaults on each node." in defaults
     assert "No estimate until the form is fixed:" in refused
     assert TOO_MANY_CPUS in refused
 
