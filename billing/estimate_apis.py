@@ -61,6 +61,16 @@ class EstimateInput(BodyInput):
     time_limit_minutes = serializers.IntegerField(
         required=False, min_value=1, max_value=10_000_000, help_text="Default: the partition's default, else 60"
     )
+    # Not priced (GPU-hours are), but checked against the partition's nodes as a submission is.
+    cpus = serializers.IntegerField(
+        required=False, min_value=1, max_value=100_000, help_text="CPUs on each node; default: the partition's"
+    )
+    memory_gb = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=1_000_000,
+        help_text="Memory on each node in GB; default: the partition's",
+    )
     template = serializers.CharField(
         required=False, help_text="A template id from GET /api/v1/job-templates/; given fields override it"
     )

@@ -142,6 +142,11 @@ class Partition(models.Model):
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
 
+    @property
+    def max_memory_gb_per_node(self) -> int:
+        """The largest node's memory in whole GB (what a job may ask for per node); 0: not known."""
+        return self.max_memory_mb_per_node // 1024
+
 
 class Node(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")

@@ -123,6 +123,7 @@ def _day_chart(spend: DailySpend) -> dict[str, Any]:
         "kind": "bars",
         "x": [_unix(day.day) for day in spend.days],
         "unit": spend.currency or "",
+        "quantity": "Spend per day",
         "places": minor_unit_places(spend.currency or ""),
         "series": [
             {"label": f"Spend ({spend.currency or 'no usage'})", "values": [float(d.amount) for d in spend.days]}

@@ -31,10 +31,18 @@ from billing.estimates import Estimate, estimate_for_request, job_estimate
 from billing.job_costs import job_cost, job_costs, jobs_with_cost
 from billing.selectors import job_usage
 from clusters.models import Cluster
-from clusters.selectors import cluster_list_active, cluster_list_for_user
+from clusters.selectors import cluster_list_active, cluster_list_for_user, submission_target_get
 from jobs.end_watches import job_end_watch_set, job_end_watching, pipeline_end_watch_set, pipeline_end_watching
 from jobs.fitting import CoveredShape, covered_shape_choose, free_alternatives
-from jobs.job_services import CANCEL_REASON_MAX_LENGTH, JobRequest, job_cancel, job_submit, job_template_resolve
+from jobs.job_services import (
+    CANCEL_REASON_MAX_LENGTH,
+    JobRequest,
+    environment_variable_problems,
+    job_cancel,
+    job_submission_problems,
+    job_submit,
+    job_template_resolve,
+)
 from jobs.log_apis import job_log_download
 from jobs.models import ACTIVE_JOB_STATES, DependencyCondition, Job, JobArrayTask, JobState
 from jobs.pipelines import DependencyRequest, Edge, Pipeline, cancel_effects, pipeline_of
@@ -89,6 +97,8 @@ class JobForm(forms.Form):
     switches = forms.IntegerField(required=False, min_value=-1000, max_value=100_000)
     switch_wait_minutes = forms.IntegerField(required=False, min_value=-1000, max_value=100_000)
     time_limit_minutes = forms.IntegerField(required=False, min_value=-1000, max_value=10_000_000)
+    cpus = forms.IntegerField(required=False, min_value=-1000, max_value=100_000)
+    memory_gb = forms.IntegerField(required=False, min_value=-1000, max_value=1_000_000)
     name = forms.CharField(max_length=1000, required=False, strip=False)
     script = forms.CharField(max_length=10_000_000, required=False, strip=False)
     environment = forms.CharField(max_length=1_000_000, required=False, strip=False)
@@ -124,7 +134,8 @@ class JobForm(forms.Form):
         return str(self.cleaned_data["script"]).replace("\r\n", "\n")
 
     def clean_environment(self) -> dict[str, str]:
-        """One `NAME=value` per line; blank lines and lines starting with # are skipped."""
+        """One `NAME=value` per line; blank lines and lines starting with # are skipped. Every bad line is named
+        by its number, checked by the same rule the API applies to each variable."""
         variables: dict[str, str] = {}
         problems = []
         for number, line in enumerate(self.cleaned_data["environment"].splitlines(), start=1):
@@ -134,13 +145,17 @@ class JobForm(forms.Form):
             if not equals:
                 problems.append(f"Line {number}: write NAME=value.")
                 continue
-            variables[key.strip()] = value
+            key = key.strip()
+            problems += [f"Line {number}: {trouble}" for trouble in environment_variable_problems(key, value)]
+            variables[key] = value
         if problems:
             raise ValidationError(problems)
         return variables
 
     def job_request(self) -> JobRequest:
-        data = self.cleaned_data
+        """The request as parsed; a field that did not parse is left out (None), for `job_submission_problems`
+        to check the others."""
+        data = {field: None for field in self.fields} | self.cleaned_data
         return JobRequest(
             cluster=data["cluster"],
             partition=data["partition"] or None,
@@ -150,6 +165,8 @@ class JobForm(forms.Form):
             max_switches=data["switches"],
             switch_wait_minutes=data["switch_wait_minutes"],
             time_limit_minutes=data["time_limit_minutes"],
+            cpus=data["cpus"],
+            memory_gb=data["memory_gb"],
             name=data["name"] or None,
             script=data["script"] or None,
             environment=data["environment"],
@@ -170,6 +187,8 @@ class JobForm(forms.Form):
             "max_switches",
             "switch_wait_minutes",
             "time_limit_minutes",
+            "cpus",
+            "memory_gb",
             "name",
             "script",
             "environment",
@@ -221,6 +240,8 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
         "switches": None,
         "switch_wait_minutes": None,
         "time_limit_minutes": (default.default_time_minutes if default else None) or 60,
+        "cpus": None,
+        "memory_gb": None,
         "name": "",
         "script": DEFAULT_SCRIPT,
         "environment": "",
@@ -235,6 +256,8 @@ def _initial_values(choices: SubmitChoices, template: Any) -> dict[str, Any]:
             gpus=template.gpus,
             nodes=template.node_count,
             time_limit_minutes=template.time_limit_minutes,
+            cpus=template.cpus,
+            memory_gb=template.memory_gb,
             name=template.name,
             script=template.script,
             environment=_environment_text(dict(template.environment)),
@@ -281,6 +304,7 @@ def _render_submit(
         choices = replace(choices, projects=[rerun_of.project], project=rerun_of.project)
     # Errors that concern no single field go to the top of the form, with the service's conflicts.
     form_errors = [*(form_errors or []), *errors.pop("__all__", [])]
+    partitions = list(choices.cluster.partitions.all()) if choices.cluster else []
     query = {
         "project": _label(choices.project) if choices.project else "",
         "cluster": choices.cluster.name if choices.cluster else "",
@@ -294,7 +318,9 @@ def _render_submit(
         "template_missing": template_missing,
         "templates": _templates(request, choices.project),
         "template_query": urlencode(query),
-        "partitions": list(choices.cluster.partitions.all()) if choices.cluster else [],
+        "partitions": partitions,
+        # Its nodes' CPUs and memory are the limits the form names beside those fields.
+        "chosen_partition": next((p for p in partitions if p.name == values.get("partition")), None),
         # A pipeline's step waits for jobs of the same project on the same cluster (not offered for a rerun).
         "parent_choices": []
         if rerun_of is not None or choices.project is None
@@ -354,6 +380,8 @@ def _rerun_form(request: HttpRequest, *, job_id: str) -> HttpResponse:
         "switches": job.max_switches,
         "switch_wait_minutes": job.switch_wait_minutes,
         "time_limit_minutes": job.time_limit_minutes,
+        "cpus": job.cpus,
+        "memory_gb": job.memory_gb,
         "name": job.name,
         "script": job.script,
         "environment": _environment_text(dict(job.environment)),
@@ -376,7 +404,7 @@ def _submit(request: HttpRequest) -> HttpResponse:
     if original is None:
         form.depends_on_from(request.POST)
     if not valid or form.errors:
-        errors = {field: [str(text) for text in texts] for field, texts in form.errors.items()}
+        errors = _every_error(request, form=form, original=original)
         return _render_submit(request, choices=choices, values=values, errors=errors, rerun_of=original)
     try:
         if original is not None:
@@ -393,6 +421,24 @@ def _submit(request: HttpRequest) -> HttpResponse:
     messages.success(request, f"Job “{job.name}” was accepted; a worker is handing it to {job.cluster.name}.")
     # (A job of a pipeline waits in Slurm for its parents: its page shows them.)
     return redirect("job-detail", job_id=job.pk)
+
+
+def _every_error(request: HttpRequest, *, form: JobForm, original: Job | None) -> dict[str, list[str]]:
+    """The form's own errors, and what `job_submit` would say of the fields that did parse: one bad field (a
+    bad line of the environment) must not hide the others' errors until the next try."""
+    errors = {field: [str(text) for text in texts] for field, texts in form.errors.items()}
+    project = original.project if original is not None else None
+    if project is None and "project" in form.cleaned_data:
+        project = project_get_by_label_for_user(
+            user=request.user, label=form.cleaned_data["project"], action=ProjectAction.SUBMIT
+        )
+    if project is None or "cluster" not in form.cleaned_data:
+        return errors
+    problems = job_submission_problems(user=request.user, project=project, request=form.job_request())  # type: ignore[arg-type]
+    for field, texts in problems.items():
+        if field not in errors:  # a field the form could not parse was left out, so has only the form's errors
+            errors[field] = list(texts)
+    return errors
 
 
 def _field_errors(error: ValidationError) -> dict[str, list[str]]:
@@ -413,15 +459,25 @@ def job_estimate_partial(request: HttpRequest) -> HttpResponse:
         context["problems"] = ["Choose a project and a cluster to see what the job would cost."]
         return render(request, "frontend/jobs/_estimate.html", context)
     project = project_get_by_label_for_user(user=request.user, label=data["project"], action=ProjectAction.VIEW)
-    if form.errors:
-        context["problems"] = [text for texts in form.errors.values() for text in texts]
-        return render(request, "frontend/jobs/_estimate.html", context)
+    # The form's own problems, and (checked on the fields that parsed) the shape's: all of them at once.
+    problems = [str(text) for texts in form.errors.values() for text in texts]
+    estimate: Estimate | None = None
     try:
-        estimate: Estimate = estimate_for_request(project=project, request=form.job_request())
+        estimate = estimate_for_request(project=project, request=form.job_request())
     except ValidationError as error:
-        context["problems"] = [text for texts in _field_errors(error).values() for text in texts]
+        shape_problems = _field_errors(error)
+        problems += [text for field, texts in shape_problems.items() if field not in form.errors for text in texts]
+    if problems or estimate is None:
+        context["problems"] = problems
     else:
         context["estimate"] = estimate
+        # With the chosen partition's limits: the form's hints name those of the partition it was drawn with.
+        target = submission_target_get(cluster_name=estimate.cluster_name, user=request.user)
+        context["resources"] = {
+            "cpus": data["cpus"],
+            "memory_gb": data["memory_gb"],
+            "partition": target.partitions.get(estimate.partition) if target else None,
+        }
     return render(request, "frontend/jobs/_estimate.html", context)
 
 

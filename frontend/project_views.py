@@ -37,6 +37,7 @@ from quotas.requests import (
     quota_request_create,
     quota_request_get_for_user,
     quota_request_list_for_user,
+    quota_request_problems,
     quota_request_withdraw,
 )
 from quotas.selectors import allocation_get_for_user, allocation_ledger, allocation_list_for_user
@@ -121,6 +122,32 @@ def _service_errors(error: ValidationError) -> Errors:
     if hasattr(error, "error_dict"):
         return {NON_FIELD if field == "__all__" else field: messages for field, messages in error.message_dict.items()}
     return {NON_FIELD: list(error.messages)}
+
+
+def _every_error(form: forms.Form, problems: dict[str, list[str]]) -> Errors:
+    """The form's errors, and the service's problems with the fields the form did read: a field that would not
+    parse must not hide the others' errors until the next try."""
+    errors = _form_errors(form)
+    for field, messages_ in problems.items():
+        errors.setdefault(NON_FIELD if field == "__all__" else field, list(messages_))
+    return errors
+
+
+def _member_add_errors(form: MemberAddForm, roles: type[TenantRole] | type[ProjectRole]) -> Errors:
+    """Every error of the add form that can be told before inviting, at once: an unknown username and a bad role
+    together. An e-mail address is the invitation's to check (tenants.invitations)."""
+    form.is_valid()
+    problems: dict[str, list[str]] = {}
+    invitee = form.cleaned_data.get("username", "").strip()
+    if invitee and "@" not in invitee:
+        try:
+            services.user_get_by_username(username=invitee)
+        except ValidationError as error:
+            problems.update(error.message_dict)
+    role = form.cleaned_data.get("role", "")
+    if role and (problem := services.role_problem(role, roles)):
+        problems["role"] = [problem]
+    return _every_error(form, problems)
 
 
 def _project(request: HttpRequest, tenant: str, project: str, action: ProjectAction = ProjectAction.VIEW) -> Project:
@@ -318,8 +345,8 @@ def project_members(request: HttpRequest, tenant: str, project: str) -> HttpResp
     found = _project(request, tenant, project, ProjectAction.MANAGE)
     form = MemberAddForm(request.POST)
     values = {"username": request.POST.get("username", "").strip(), "role": request.POST.get("role", "")}
-    if not form.is_valid():
-        return _project_members_page(request, found, add_values=values, add_errors=_form_errors(form), status=400)
+    if errors := _member_add_errors(form, ProjectRole):
+        return _project_members_page(request, found, add_values=values, add_errors=errors, status=400)
     administers_tenant = _may(lambda: tenant_get_for_user(user=request.user, slug=tenant, action=TenantAction.MANAGE))
     try:
         outcome = member_invite(
@@ -434,8 +461,8 @@ def tenant_member_add(request: HttpRequest, tenant: str) -> HttpResponse:
     found = tenant_get_for_user(user=request.user, slug=tenant, action=TenantAction.MANAGE)
     form = MemberAddForm(request.POST)
     values = {"username": request.POST.get("username", "").strip(), "role": request.POST.get("role", "")}
-    if not form.is_valid():
-        return _tenant_page(request, found, add_values=values, add_errors=_form_errors(form), status=400)
+    if errors := _member_add_errors(form, TenantRole):
+        return _tenant_page(request, found, add_values=values, add_errors=errors, status=400)
     try:
         outcome = member_invite(
             actor=_user(request),
@@ -614,6 +641,7 @@ def burn_down_chart(series: UsageSeries, projection: Projection, today: date) ->
         "kind": "line",
         "x": [_unix(day) for day in days],
         "unit": "GPU-hours",
+        "quantity": "Remaining",
         "series": [
             {"label": "Remaining", "values": actual, "color": "#0b5cad"},
             {"label": "Projected", "values": projected, "color": "#b35900", "dash": True},
@@ -687,7 +715,11 @@ def allocation_request_create(request: HttpRequest, tenant: str, project: str, a
     values = {key: request.POST.get(key, "") for key in ("gpu_hours", "justification")}
     form = QuotaRequestForm(request.POST)
     if not form.is_valid():
-        return _allocation_page(request, found, allocation, values=values, errors=_form_errors(form), status=400)
+        problems = quota_request_problems(
+            gpu_hours=form.cleaned_data.get("gpu_hours"), justification=form.cleaned_data.get("justification", "")
+        )
+        errors = _every_error(form, problems)
+        return _allocation_page(request, found, allocation, values=values, errors=errors, status=400)
     try:
         created = quota_request_create(
             actor=_user(request),
@@ -756,6 +788,11 @@ def _token_list_page(
     return render(request, "frontend/tokens/list.html", context, status=status)
 
 
+def _token_expiry(last_day: date | None) -> datetime | None:
+    """The token works until the end of its last day (UTC)."""
+    return datetime.combine(last_day + timedelta(days=1), time.min, tzinfo=UTC) if last_day else None
+
+
 @require_http_methods(["GET", "HEAD", "POST"])
 @login_required
 def token_list(request: HttpRequest) -> HttpResponse:
@@ -765,12 +802,17 @@ def token_list(request: HttpRequest) -> HttpResponse:
     values = {key: request.POST.get(key, "") for key in ("name", "expires_at")}
     form = TokenForm(request.POST)
     if not form.is_valid():
-        return _token_list_page(request, values=values, errors=_form_errors(form), status=400)
-    last_day: date | None = form.cleaned_data["expires_at"]
-    expires_at = datetime.combine(last_day + timedelta(days=1), time.min, tzinfo=UTC) if last_day else None
+        problems = services.token_problems(
+            user=_user(request),
+            name=form.cleaned_data.get("name", ""),
+            expires_at=_token_expiry(form.cleaned_data.get("expires_at")),
+        )
+        return _token_list_page(request, values=values, errors=_every_error(form, problems), status=400)
     try:
         token, secret = services.token_create(
-            user=_user(request), name=form.cleaned_data["name"], expires_at=expires_at
+            user=_user(request),
+            name=form.cleaned_data["name"],
+            expires_at=_token_expiry(form.cleaned_data["expires_at"]),
         )
     except ValidationError as error:
         return _token_list_page(request, values=values, errors=_service_errors(error), status=400)

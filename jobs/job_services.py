@@ -277,6 +277,24 @@ def job_submit_accepted(
     return accepted
 
 
+def job_submission_problems(*, user: User, project: Project, request: JobRequest) -> dict[str, list[str]]:
+    """Every problem `job_submit` would find with `request`, per field, without storing anything: for a form
+    whose own parsing failed on some fields (left out of `request`), so that it shows all its errors at once."""
+    try:
+        values = _with_template_defaults(project=project, request=request)
+    except ValidationError as error:
+        return dict(error.message_dict)
+    target = submission_target_get(cluster_name=values["cluster"], user=user)
+    problems = _validated(target=target, values=values)
+    if request.depends_on:
+        _, dependency_problems = dependencies_validate(
+            project=project, cluster=target.cluster if target else None, requested=request.depends_on
+        )
+        if dependency_problems:
+            problems["depends_on"] = dependency_problems
+    return problems
+
+
 def job_log_fields(job: Job, *, cluster: str) -> dict[str, str]:
     """What a log line about `job` carries to be found by its id (`cluster`: its name, which the caller has loaded)."""
     return {"job_id": str(job.pk), "request_id": job.request_id, "cluster": cluster}
@@ -677,6 +695,8 @@ class JobShape:
     time_limit_minutes: int
     array_task_count: int = 0  # 0: a plain job
     node_count: int = 1
+    cpus: int | None = None  # on each node; None: the partition's default
+    memory_gb: int | None = None  # on each node; None: the partition's default
 
 
 def job_shape_resolve(*, project: Project, request: JobRequest) -> JobShape:
@@ -693,6 +713,7 @@ def job_shape_resolve(*, project: Project, request: JobRequest) -> JobShape:
     if target is None:
         _no_such_cluster(values, problem)
     partition = _validate_shape(values, target, problem) if target is not None else None
+    _validate_resources(values, partition, problem)
     _validate_array(values, problem)
     if problems:
         raise ValidationError(problems)
@@ -707,6 +728,8 @@ def job_shape_resolve(*, project: Project, request: JobRequest) -> JobShape:
         time_limit_minutes=values["time_limit_minutes"],
         array_task_count=values["array_spec"].task_count if values["array_spec"] else 0,
         node_count=values["node_count"],
+        cpus=values["cpus"],
+        memory_gb=values["memory_gb"],
     )
 
 
@@ -855,17 +878,27 @@ def _duration(minutes: int) -> str:
 
 
 def _validate_resources(values: dict[str, Any], partition: Partition | None, problem: Any) -> None:
+    """CPUs and memory on each node, against the largest node of the partition as last synced."""
+    cpus, memory_gb = values["cpus"], values["memory_gb"]
+    if cpus is not None and cpus < 1:
+        problem("cpus", "Ask for at least 1 CPU, or leave the CPUs out for the partition's default.")
+    if memory_gb is not None and memory_gb < 1:
+        problem("memory_gb", "Ask for at least 1 GB of memory, or leave it out for the partition's default.")
     if partition is None:
         return
     max_cpus = partition.max_cpus_per_node
-    max_memory_gb = partition.max_memory_mb_per_node // 1024
-    cpus, memory_gb = values["cpus"], values["memory_gb"]
-    if cpus is not None and (cpus < 1 or (max_cpus and cpus > max_cpus)):
-        problem("cpus", f"Ask for between 1 and {max_cpus} CPUs: the nodes of '{partition.name}' have {max_cpus}.")
-    if memory_gb is not None and (memory_gb < 1 or (partition.max_memory_mb_per_node and memory_gb > max_memory_gb)):
+    if cpus is not None and max_cpus and cpus > max_cpus:
+        problem(
+            "cpus",
+            f"The nodes of partition '{partition.name}' have at most {max_cpus} CPUs; ask for {max_cpus} or fewer "
+            "per node, or choose a partition with larger nodes.",
+        )
+    max_memory_gb = partition.max_memory_gb_per_node
+    if memory_gb is not None and max_memory_gb and memory_gb > max_memory_gb:
         problem(
             "memory_gb",
-            f"Ask for between 1 and {max_memory_gb} GB of memory: that is what the nodes of '{partition.name}' have.",
+            f"The nodes of partition '{partition.name}' have at most {max_memory_gb} GB of memory; ask for "
+            f"{max_memory_gb} GB or less per node, or choose a partition with larger nodes.",
         )
 
 
@@ -920,17 +953,25 @@ def _validate_environment(values: dict[str, Any], problem: Any) -> None:
     size = 0
     for key, value in environment.items():
         size += len(key) + len(str(value).encode())
-        if not _ENVIRONMENT_KEY.match(key):
-            problem(
-                "environment",
-                f"'{key[:40]}' is not a valid variable name: use letters, digits and '_', not starting with a digit.",
-            )
-        elif key.upper().startswith(_RESERVED_ENVIRONMENT_PREFIXES):
-            problem("environment", f"'{key}' is set by Slurm itself; choose another name.")
-        if "\x00" in str(value):
-            problem("environment", f"The value of '{key[:40]}' contains a NUL character; remove it.")
+        for trouble in environment_variable_problems(key, str(value)):
+            problem("environment", trouble)
     if size > settings.JOB_ENVIRONMENT_MAX_BYTES:
         problem("environment", f"The variables take {size} bytes; the limit is {settings.JOB_ENVIRONMENT_MAX_BYTES}.")
+
+
+def environment_variable_problems(key: str, value: str) -> list[str]:
+    """What is wrong with one variable of a job's environment: the one rule the API and the submit form's
+    line-by-line check share."""
+    problems = []
+    if not _ENVIRONMENT_KEY.match(key):
+        problems.append(
+            f"'{key[:40]}' is not a valid variable name: use letters, digits and '_', not starting with a digit."
+        )
+    elif key.upper().startswith(_RESERVED_ENVIRONMENT_PREFIXES):
+        problems.append(f"'{key}' is set by Slurm itself; choose another name.")
+    if "\x00" in value:
+        problems.append(f"The value of '{key[:40]}' contains a NUL character; remove it.")
+    return problems
 
 
 # Cancel ------------------------------------------------------------------------------------------------

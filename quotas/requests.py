@@ -72,20 +72,27 @@ def _deciders(tenant: Tenant) -> QuerySet[User]:
 # Asking ------------------------------------------------------------------------------------------------
 
 
+def quota_request_problems(*, gpu_hours: Decimal | None, justification: str) -> dict[str, list[str]]:
+    """Every problem of a request's fields, per field; `gpu_hours` None: a form could not read it (and says so),
+    the justification is still checked, so that both errors show at once."""
+    problems: dict[str, list[str]] = {}
+    if gpu_hours is not None and gpu_hours_to_seconds(gpu_hours) <= 0:
+        problems["gpu_hours"] = ["Ask for more than 0 GPU-hours, e.g. 20 or 12.5."]
+    if not justification.strip():
+        problems["justification"] = ["Say what the hours are for, so that an admin can decide."]
+    return problems
+
+
 def quota_request_create(
     *, actor: User, allocation: Allocation, gpu_hours: Decimal, justification: str
 ) -> QuotaRequest:
     """Ask for more GPU-hours on an allocation. The caller has checked that `actor` may submit jobs in its
     project (members and managers); the tenant's admins and the portal admins are told."""
     justification = justification.strip()
-    problems: dict[str, list[str]] = {}
-    gpu_seconds = gpu_hours_to_seconds(gpu_hours)
-    if gpu_seconds <= 0:
-        problems["gpu_hours"] = ["Ask for more than 0 GPU-hours, e.g. 20 or 12.5."]
-    if not justification:
-        problems["justification"] = ["Say what the hours are for, so that an admin can decide."]
+    problems = quota_request_problems(gpu_hours=gpu_hours, justification=justification)
     if problems:
         raise ValidationError(problems)
+    gpu_seconds = gpu_hours_to_seconds(gpu_hours)
     if allocation.ends_on < timezone.now().date():
         raise Conflict(
             f"This allocation ended on {allocation.ends_on}; ask for hours on the project's current allocation "

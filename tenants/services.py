@@ -162,10 +162,19 @@ def _check_name(value: str) -> str:
 
 
 def _check_role(field: str, value: str, choices: type[TenantRole] | type[ProjectRole]) -> str:
-    if value not in choices.values:
-        allowed = ", ".join(f"'{choice}'" for choice in choices.values)
-        raise ValidationError({field: [f"'{value}' is not a role here; use one of {allowed}."]})
+    problem = role_problem(value, choices)
+    if problem:
+        raise ValidationError({field: [problem]})
     return value
+
+
+def role_problem(value: str, choices: type[TenantRole] | type[ProjectRole]) -> str:
+    """What is wrong with `value` as a role of `choices` ("" when nothing): for a form that checks the role
+    beside the username, to show both errors at once."""
+    if value in choices.values:
+        return ""
+    allowed = ", ".join(f"'{choice}'" for choice in choices.values)
+    return f"'{value}' is not a role here; use one of {allowed}."
 
 
 def user_get_by_username(*, username: str, field: str = "username") -> User:
@@ -487,18 +496,29 @@ def token_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def token_problems(*, user: User, name: str, expires_at: datetime | None = None) -> dict[str, list[str]]:
+    """Every problem of a new token's name and expiry, per field (a form that could not read the expiry passes
+    None and shows its own error beside this one)."""
+    name = name.strip()
+    problems: dict[str, list[str]] = {}
+    if not name:
+        problems["name"] = ["Give the token a name that says where it is used, e.g. 'ci-pipeline'."]
+    elif len(name) > TOKEN_NAME_MAX_LENGTH:
+        problems["name"] = [f"Keep the name to {TOKEN_NAME_MAX_LENGTH} characters."]
+    elif ApiToken.objects.filter(user=user, name=name, revoked_at__isnull=True).exists():
+        problems["name"] = [f"You already have a token named '{name}'; revoke it or choose another name."]
+    if expires_at is not None and expires_at <= timezone.now():
+        problems["expires_at"] = ["The expiry is in the past; give a future date, or none."]
+    return problems
+
+
 @transaction.atomic
 def token_create(*, user: User, name: str, expires_at: datetime | None = None) -> tuple[ApiToken, str]:
     """Create a named token for `user`; returns it with its secret, which is never stored or shown again."""
     name = name.strip()
-    if not name:
-        raise ValidationError({"name": ["Give the token a name that says where it is used, e.g. 'ci-pipeline'."]})
-    if len(name) > TOKEN_NAME_MAX_LENGTH:
-        raise ValidationError({"name": [f"Keep the name to {TOKEN_NAME_MAX_LENGTH} characters."]})
-    if expires_at is not None and expires_at <= timezone.now():
-        raise ValidationError({"expires_at": ["The expiry is in the past; give a future date, or none."]})
-    if ApiToken.objects.filter(user=user, name=name, revoked_at__isnull=True).exists():
-        raise ValidationError({"name": [f"You already have a token named '{name}'; revoke it or choose another name."]})
+    problems = token_problems(user=user, name=name, expires_at=expires_at)
+    if problems:
+        raise ValidationError(problems)
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
         user=user,

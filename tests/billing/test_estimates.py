@@ -121,7 +121,8 @@ def _rate_data(rate: Rate) -> dict[str, Any]:
         ({}, 1, 60, "1.00", "2.50", "499.00"),  # defaults: the default partition, 1 GPU, 60 minutes
         ({"gpus": 2, "gpu_type": "h100"}, 2, 60, "2.00", "5.00", "498.00"),
         ({"gpus": 4, "time_limit_minutes": 90}, 4, 90, "6.00", "15.00", "494.00"),
-        ({"template": "pytorch-multi-gpu-training"}, 4, 240, "16.00", "40.00", "484.00"),
+        # The template asks for 16 CPUs and 64 GB, more than these nodes have (checked as a submission would be).
+        ({"template": "pytorch-multi-gpu-training", "cpus": 8, "memory_gb": 16}, 4, 240, "16.00", "40.00", "484.00"),
     ],
 )
 def test_a_typed_rate_prices_the_gpus_for_their_whole_time_limit(

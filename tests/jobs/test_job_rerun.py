@@ -211,6 +211,7 @@ def test_edit_and_run_again_opens_the_form_prefilled_and_keeps_the_link(team: Te
     assert 'value="30"' in form
     assert ">EPOCHS=3</textarea>" in form
     assert 'value="train"' in form
+    assert re.search(r'id="id_cpus" name="cpus"[^>]*value="4"', form)
 
     fields = {
         "rerun_of": str(team.job.pk),
@@ -220,6 +221,7 @@ def test_edit_and_run_again_opens_the_form_prefilled_and_keeps_the_link(team: Te
         "gpu_type": "",
         "gpus": "1",
         "time_limit_minutes": "15",
+        "cpus": "4",  # as the form prefilled it
         "name": "train again",
         "script": "#!/bin/bash\r\necho edited\r\n",
         "environment": "EPOCHS=5\r\n",
