@@ -43,6 +43,11 @@ def quota_request_path(request: QuotaRequest) -> str:
     return f"/api/v1/quota-requests/{request.pk}/"
 
 
+def _allocation_page(allocation: Allocation) -> str:
+    project = allocation.project
+    return f"/projects/{project.tenant.slug}/{project.slug}/allocations/{allocation.pk}/"
+
+
 def _request_state(request: QuotaRequest) -> dict[str, Any]:
     return {
         "allocation": request.allocation_id,
@@ -119,7 +124,7 @@ def quota_request_create(
                 f"{actor.get_username()} asks for {format_gpu_hours(gpu_seconds)} more GPU-hours on "
                 f"{_label(allocation)}: {justification}"
             ),
-            link=quota_request_path(request),
+            link=f"/requests/{request.pk}/",  # the deciders' page, not the API
         )
     return request
 
@@ -294,7 +299,7 @@ def _notify_requester(*, request: QuotaRequest, allocation: Allocation) -> None:
         kind="quota.request_decided",
         title=title,
         body=body,
-        link=quota_request_path(request),
+        link=_allocation_page(allocation),  # where the asker sees the request and the hours
     )
 
 

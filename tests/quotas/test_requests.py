@@ -135,7 +135,7 @@ def test_a_member_asks_a_portal_admin_approves_in_part_and_the_new_remaining_sho
     # The deciders are told: the tenant's admin and the portal admin, in the portal and by e-mail.
     told = Notification.objects.filter(kind="quota.request").order_by("user__username")
     assert [(n.user.username, n.title, n.link) for n in told] == [
-        (name, "acme/vision: alice asks for 50.0 GPU-hours", f"/api/v1/quota-requests/{asked['id']}/")
+        (name, "acme/vision: alice asks for 50.0 GPU-hours", f"/requests/{asked['id']}/")
         for name in ("ada", "root")
     ]
     assert sorted(message.to[0] for message in mail.outbox) == ["ada@example.org", "root@example.org"]
@@ -170,6 +170,7 @@ def test_a_member_asks_a_portal_admin_approves_in_part_and_the_new_remaining_sho
     # The requester is told in the portal and by e-mail, with the reason.
     notification = Notification.objects.get(user=world.alice)
     assert notification.kind == "quota.request_decided"
+    assert notification.link == f"/projects/acme/vision/allocations/{world.allocation.pk}/"
     assert notification.title == "acme/vision: your request was approved in part: 20.5 of 50.0 GPU-hours"
     assert notification.body == (
         f"root approved in part your request on acme/vision on cluster matrixcluster for {world.starts_on} to "
