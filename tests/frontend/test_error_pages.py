@@ -66,6 +66,27 @@ def test_a_page_the_role_may_not_use_answers_the_portals_403(open_page: Any, scr
     screenshot(page, f"403-{viewport}")
 
 
+def test_a_form_sent_without_its_token_answers_the_portals_403(open_page: Any, screenshot: Any) -> None:
+    page = open_page(make_user("gina"), viewport="phone")
+    page.goto("/notifications/")
+
+    # A form like the page's own, without the CSRF token: what a stale tab or another site would send.
+    with page.expect_navigation():
+        page.evaluate(
+            """() => {
+              const form = document.createElement("form");
+              form.method = "post";
+              form.action = "/notifications/read-all/";
+              document.body.append(form);
+              form.submit();
+            }"""
+        )
+
+    assert page.get_by_role("heading", level=1).inner_text() == "Form expired"
+    _assert_portal_look(page, "Form expired")
+    screenshot(page, "403-csrf-phone")
+
+
 def test_api_addresses_keep_the_json_error_shape_for_404_and_403(open_page: Any) -> None:
     page = open_page(make_user("carol"))
     page.goto("/")
@@ -161,4 +182,3 @@ def test_the_500_page_renders_in_the_portals_look_on_a_phone(
         assert violations == []
     finally:
         context.close()
-

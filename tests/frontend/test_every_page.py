@@ -5,7 +5,7 @@ tests/frontend/page_matrix.py merged in): each GET route a role may open (200), 
 pages that role meets (an unknown address, and a page its role may not use). A page added to a matrix is
 checked here without further work.
 
-- On a phone (390 × 844) nothing is wider than the screen, and the Menu button opens the navigation with every
+- On a phone (390 x 844) nothing is wider than the screen, and the Menu button opens the navigation with every
   link in it reachable. A screenshot of each page goes to test-artifacts/screenshots/.
 - axe-core (npm, copied to frontend/test-vendor/ by scripts/frontend.sh; never served to users) finds no serious
   or critical violation, on a laptop and on a phone with the menu open.
@@ -20,7 +20,12 @@ from typing import Any
 
 import pytest
 
-from tests.tenants.test_isolation_matrix import MATRIX, World, _url, world  # noqa: F401 (world: a fixture)
+from tests.tenants import test_isolation_matrix as isolation
+from tests.tenants.test_isolation_matrix import MATRIX, World
+
+# The isolation matrix's world (a tenant, its project and one user per role, with a job, an invoice, ...), as
+# a fixture of this module too.
+world = isolation.world
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -40,9 +45,9 @@ def pages_for(role: str, world: World) -> Iterator[tuple[str, int]]:
             continue
         status = methods["GET"].expected.get(role)
         if status == 200:
-            yield _url(route, world), 200
+            yield isolation._url(route, world), 200
         elif status == 403 and denied is None:
-            denied = _url(route, world)
+            denied = isolation._url(route, world)
     if role != "anonymous":
         yield UNKNOWN_PAGE, 404
         if denied is not None:
@@ -51,7 +56,8 @@ def pages_for(role: str, world: World) -> Iterator[tuple[str, int]]:
 
 def _open(page: Any, url: str, status: int) -> None:
     response = page.goto(url)
-    assert response is not None and response.status == status, f"{url} answered {response and response.status}"
+    assert response is not None
+    assert response.status == status, f"{url} answered {response.status}"
     # htmx fragments loaded on page load (hx-trigger="load") are part of the page.
     page.wait_for_load_state("networkidle")
 
@@ -123,11 +129,13 @@ def test_every_page_fits_a_phone_reaches_every_link_and_passes_axe(
         _open(page, url, status)
         _assert_fits(page, url)
         if role != "anonymous" and status == 200:
-            navigation = page.locator("nav.site-nav a")
+            # The navigation's links and the account's (notifications, tokens, log out) fold into the menu.
+            navigation = page.locator("#site-menu a, #site-menu button")
             assert not navigation.first.is_visible(), f"{url}: the navigation should fold behind the menu"
             _open_menu(page)
             for link in navigation.all():
-                assert link.is_visible() and link.bounding_box()["x"] >= 0, f"{url}: {link.inner_text()} is unreachable"
+                assert link.is_visible(), f"{url}: {link.inner_text()} is not shown in the open menu"
+                assert link.bounding_box()["x"] >= 0, f"{url}: {link.inner_text()} is off the screen"
         violations += _axe_violations(page)
         screenshot(page, re.sub(r"\W+", "-", url.strip("/")) or "home")
     assert violations == [], "axe-core found serious or critical violations:\n" + "\n".join(violations)
@@ -161,6 +169,7 @@ def test_the_checks_report_what_they_are_for(world: World, open_page: Any) -> No
     )
 
     (violation,) = _axe_violations(page)
-    assert "[critical] image-alt" in violation and "#unnamed-image" in violation
+    assert "[critical] image-alt" in violation
+    assert "#unnamed-image" in violation
     with pytest.raises(pytest.fail.Exception, match=r"main#main > div#wide-block \(6\d\d px\)"):
         _assert_fits(page, "/")
