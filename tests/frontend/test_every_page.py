@@ -128,6 +128,7 @@ def test_every_page_fits_a_phone_reaches_every_link_and_passes_axe(
     for url, status in pages_for(role, world):
         _open(page, url, status)
         _assert_fits(page, url)
+        screenshot(page, re.sub(r"\W+", "-", url.strip("/")) or "home")
         if role != "anonymous" and status == 200:
             # The navigation's links and the account's (notifications, tokens, log out) fold into the menu.
             navigation = page.locator("#site-menu a, #site-menu button")
@@ -135,9 +136,12 @@ def test_every_page_fits_a_phone_reaches_every_link_and_passes_axe(
             _open_menu(page)
             for link in navigation.all():
                 assert link.is_visible(), f"{url}: {link.inner_text()} is not shown in the open menu"
-                assert link.bounding_box()["x"] >= 0, f"{url}: {link.inner_text()} is off the screen"
+                box = link.bounding_box()
+                assert box["x"] >= 0, f"{url}: {link.inner_text()} is off the screen"
+                assert box["x"] + box["width"] <= PHONE_WIDTH, f"{url}: {link.inner_text()} is off the screen"
+            _assert_fits(page, url)
+        # With the menu open, so that axe checks its links too.
         violations += _axe_violations(page)
-        screenshot(page, re.sub(r"\W+", "-", url.strip("/")) or "home")
     assert violations == [], "axe-core found serious or critical violations:\n" + "\n".join(violations)
 
 
@@ -173,3 +177,13 @@ def test_the_checks_report_what_they_are_for(world: World, open_page: Any) -> No
     assert "#unnamed-image" in violation
     with pytest.raises(pytest.fail.Exception, match=r"main#main > div#wide-block \(6\d\d px\)"):
         _assert_fits(page, "/")
+
+
+def test_low_priority_columns_fold_on_a_phone(world: World, open_page: Any) -> None:
+    """`priority-2` columns (the project of the dashboard's job tables) show on a laptop, not on a phone."""
+    for viewport, shown in (("desktop", True), ("phone", False)):
+        page = open_page(world.users["member"], viewport=viewport)
+        _open(page, "/", 200)
+        project_columns = page.locator("main .priority-2")
+        assert project_columns.count() >= 2  # the heading and the job's cell
+        assert [cell.is_visible() for cell in project_columns.all()] == [shown] * project_columns.count()
