@@ -190,7 +190,7 @@ def page_opener(chromium: Any, base_url: str) -> tuple[Callable[..., Any], Calla
         page.on(
             "console",
             lambda message: (
-                watch.csp_violations.append(message.text) if "Content Security Policy" in message.text else None
+                watch.csp_violations.append(message.text + " @ " + page.url + " " + str(message.location)) if "Content Security Policy" in message.text else None
             ),
         )
         page.on("pageerror", lambda error: watch.script_errors.append(str(error)))
