@@ -165,7 +165,7 @@ def test_the_dashboard_shows_this_months_idle_cost_to_those_who_read_the_spend(w
     add_project_member(world.vision, manager, "manager")
     # This month: the running notebook's GPU idled 1 hour, at 2 EUR per GPU-hour.
     idle_cost = (
-        '<td class="number">1.00</td>\n              <td class="number" data-field="idle-cost">'
+        '<td class="number priority-2">1.00</td>\n              <td class="number" data-field="idle-cost">'
         '<a href="/billing/efficiency/?scope={scope}">2.00 EUR<span class="visually-hidden"> idle cost of {label}'
     )
 

@@ -144,11 +144,15 @@
       // Its cost is on the page once reloaded (the rate comes from the server); its duration counts from now.
       const figures = ["duration", "cost", "exit_code"].map((field) => {
         const figure = cell("—");
-        figure.className = "number";
+        // As frontend/jobs/_row.html marks them: phones fold the priority-2 columns.
+        figure.className = field === "exit_code" ? "number priority-2" : "number";
         figure.dataset.field = field;
         return figure;
       });
-      row.append(name, cell(job.project), owner, cell(job.cluster), state, gpus, submitted, ...figures);
+      const project = cell(job.project);
+      const cluster = cell(job.cluster);
+      for (const folded of [project, owner, cluster, submitted]) folded.classList.add("priority-2");
+      row.append(name, project, owner, cluster, state, gpus, submitted, ...figures);
       updateFigures(row, job);
       return row;
     }
