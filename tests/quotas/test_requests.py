@@ -135,8 +135,7 @@ def test_a_member_asks_a_portal_admin_approves_in_part_and_the_new_remaining_sho
     # The deciders are told: the tenant's admin and the portal admin, in the portal and by e-mail.
     told = Notification.objects.filter(kind="quota.request").order_by("user__username")
     assert [(n.user.username, n.title, n.link) for n in told] == [
-        (name, "acme/vision: alice asks for 50.0 GPU-hours", f"/requests/{asked['id']}/")
-        for name in ("ada", "root")
+        (name, "acme/vision: alice asks for 50.0 GPU-hours", f"/requests/{asked['id']}/") for name in ("ada", "root")
     ]
     assert sorted(message.to[0] for message in mail.outbox) == ["ada@example.org", "root@example.org"]
     mail.outbox.clear()
