@@ -299,7 +299,9 @@ def test_a_researchers_week_on_a_laptop_and_a_phone(
     duration = row.locator("[data-field='duration']")
     expect(duration).to_have_text(re.compile(r"^\d+:\d\d:\d\d$"))
     expect(duration).not_to_have_text(duration.inner_text())  # it ticks without a reload
-    expect(row.locator("[data-field='cost']")).to_have_text(re.compile(r"^\d+\.\d\d EUR$"))
+    cost = row.locator("[data-field='cost']")
+    expect(cost).to_have_text(re.compile(r"^\d+\.\d\d EUR$"))
+    expect(cost).to_have_attribute("data-price", "2.0000")  # the page counts it up at the running rate
     screenshot(page, "list-running")
     expect(state).to_have_text("Completed", timeout=LIVE_TIMEOUT_MS)
     expect(duration).to_have_attribute("data-ended-at", re.compile(r"^\d{4}-\d\d-\d\dT"))
