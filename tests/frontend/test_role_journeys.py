@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -99,7 +99,7 @@ class World:
         return Invoice.objects.get(tenant=self.tenant, month=timezone.localdate().replace(day=1))
 
 
-def _history_window() -> tuple[Any, Any]:
+def _history_window() -> tuple[datetime, datetime]:
     """An hour ending half an hour ago, inside this month (shorter in a month's first 90 minutes)."""
     now = timezone.now()
     first_of_month = timezone.localtime(now).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
@@ -115,8 +115,6 @@ def world(slurm_client: SlurmClient) -> Iterator[World]:
     with transaction.atomic():
         researcher, manager = make_user("rita"), make_user("manu")
         tenant_admin, colleague = make_user("tara"), make_user("carl")
-        colleague.email = "carl@example.org"
-        colleague.save(update_fields=["email"])
         portal_admin = make_user("root", is_staff=True)
         ClusterAccount.objects.create(cluster=cluster, user=researcher, username="alice")
         ClusterAccount.objects.create(cluster=cluster, user=manager, username="bob")
