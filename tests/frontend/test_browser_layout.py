@@ -45,6 +45,19 @@ def test_the_navigation_fits_every_width_and_offers_only_what_the_role_may_use(
 
     page = open_page(member, viewport=viewport)
     page.goto("/")
+    menu = page.get_by_role("button", name="Menu")
+    if viewport == "phone":
+        # On a phone the navigation folds behind the Menu button; it opens and closes from the keyboard.
+        assert not page.get_by_role("navigation", name="Main").is_visible()
+        menu.focus()
+        page.keyboard.press("Enter")
+        assert menu.get_attribute("aria-expanded") == "true"
+        page.keyboard.press("Escape")
+        assert menu.get_attribute("aria-expanded") == "false"
+        assert page.evaluate("document.activeElement.getAttribute('aria-controls')") == "site-menu"
+        menu.click()
+    else:
+        assert not menu.is_visible()
     navigation = page.get_by_role("navigation", name="Main")
     labels = [link.inner_text() for link in navigation.get_by_role("link").all()]
     assert labels == ["Dashboard", "Jobs", "Submit", "Clusters", "Projects"]
@@ -54,5 +67,7 @@ def test_the_navigation_fits_every_width_and_offers_only_what_the_role_may_use(
 
     page = open_page(staff, viewport=viewport)
     page.goto("/")
+    if viewport == "phone":
+        page.get_by_role("button", name="Menu").click()
     labels = [link.inner_text() for link in page.get_by_role("navigation", name="Main").get_by_role("link").all()]
     assert labels == ["Dashboard", "Jobs", "Submit", "Clusters", "Projects", "Requests", "Billing", "Admin"]

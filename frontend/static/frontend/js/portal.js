@@ -86,5 +86,50 @@ window.Portal = (function () {
     if (invalid && event.detail.requestConfig && event.detail.requestConfig.verb === "post") invalid.focus();
   });
 
+  // The phone menu: the header's button shows and hides the navigation and account links (CSS folds them
+  // only once the header has `menu-ready`, so without this script they stay visible). Escape closes it and
+  // gives focus back to the button.
+  function setUpMenu() {
+    const toggle = document.querySelector("[data-menu-toggle]");
+    if (!toggle) return;
+    const header = toggle.closest(".site-header");
+    function setOpen(open) {
+      toggle.setAttribute("aria-expanded", open ? "true" : "false");
+    }
+    toggle.hidden = false;
+    header.classList.add("menu-ready");
+    toggle.addEventListener("click", () => setOpen(toggle.getAttribute("aria-expanded") !== "true"));
+    header.addEventListener("keydown", (event) => {
+      if (event.key !== "Escape" || toggle.getAttribute("aria-expanded") !== "true") return;
+      setOpen(false);
+      toggle.focus();
+    });
+  }
+
+  // A table wider than its box scrolls sideways inside its `.table-scroll` wrapper; keyboard users scroll it
+  // once it takes focus, so a wrapper that scrolls becomes a focusable, named region.
+  function makeScrollingTablesFocusable(root) {
+    root.querySelectorAll(".table-scroll").forEach((wrapper) => {
+      if (wrapper.hasAttribute("tabindex") || wrapper.scrollWidth <= wrapper.clientWidth) return;
+      wrapper.tabIndex = 0;
+      wrapper.setAttribute("role", "region");
+      const table = wrapper.querySelector("table");
+      const caption = table && table.caption;
+      const heading = wrapper.closest("section, .card")?.querySelector("h2, h3");
+      const name = (caption || heading)?.textContent.trim();
+      wrapper.setAttribute("aria-label", name ? `${name} (scrolls sideways)` : "Table (scrolls sideways)");
+    });
+  }
+
+  function setUpPage() {
+    setUpMenu();
+    makeScrollingTablesFocusable(document);
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setUpPage);
+  else setUpPage();
+  document.addEventListener("htmx:afterSettle", (event) => makeScrollingTablesFocusable(event.target));
+  window.addEventListener("resize", () => makeScrollingTablesFocusable(document));
+
   return { socket, jsonFrom, formatDuration };
 })();
