@@ -190,7 +190,10 @@ def page_opener(chromium: Any, base_url: str) -> tuple[Callable[..., Any], Calla
         page.on(
             "console",
             lambda message: (
-                watch.csp_violations.append(message.text + " @ " + page.url + " " + str(message.location)) if "Content Security Policy" in message.text else None
+                # With the page and the script line, so a violation seen once can be traced.
+                watch.csp_violations.append(f"{message.text} @ {page.url} {message.location}")
+                if "Content Security Policy" in message.text
+                else None
             ),
         )
         page.on("pageerror", lambda error: watch.script_errors.append(str(error)))
