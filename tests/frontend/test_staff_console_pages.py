@@ -453,7 +453,7 @@ def test_the_audit_log_lists_changes_newest_first_by_kind_a_page_at_a_time(world
     assert '<option value="tenant" selected>Tenants</option>' in first
     second = _html(client.get("/staff/audit/?kind=tenant&page=2"))
     # 26 created here, and acme by the world (by no one: "system").
-    assert "<td>system</td>" in second
+    assert '<td class="priority-2">system</td>' in second
 
     members = _html(client.get("/staff/audit/?kind=project_member"))
     assert "<code>project_member.added</code>" in members
