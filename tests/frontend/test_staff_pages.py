@@ -432,7 +432,7 @@ def test_a_done_reconciliation_report_shows_its_summary_and_findings(world: Worl
     assert '<div class="stat">2.00 / 3.00</div>' in html
     assert "Portal minus Slurm: -1.00" in html
     assert "<td>4242</td>" in html
-    assert "<td>ran as carol</td>" in html
+    assert '<td class="priority-2">ran as carol</td>' in html
     assert _client(world.tenant_admin).get(f"/staff/reconciliation/{report.pk}/").status_code == 403
 
 
