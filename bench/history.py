@@ -342,7 +342,8 @@ SELECT n, gen_random_uuid() AS job_id, created_at,
        created_at + interval '30 seconds' AS started_at,
        created_at + interval '30 seconds' + make_interval(secs => 1 + (n * 13) %% 7200) AS ended_at
 FROM (
-    SELECT n, now() - interval '365 days' * (%(jobs)s - n)::float8 / %(jobs)s - interval '3 hours' AS created_at
+    -- The fraction first: 365 days times 10M overflows an interval.
+    SELECT n, now() - interval '365 days' * ((%(jobs)s - n)::float8 / %(jobs)s) - interval '3 hours' AS created_at
     FROM generate_series(0, %(jobs)s - 1) AS n
 ) numbered;
 
@@ -350,13 +351,14 @@ INSERT INTO jobs_job (id, project_id, cluster_id, user_id, cluster_username, is_
     gpu_type, gpus, time_limit_minutes, script, environment, template_id, idempotency_key, request_id,
     working_directory, stdout_path, stderr_path, state, slurm_state, state_reason, last_error, slurm_job_id,
     slurm_submit_time, nodes, exit_code, submit_attempts, created_at, submitted_at, started_at, ended_at,
-    updated_at, gpu_indices, "array", array_progress, array_task_count, slurm_dependency, node_count, switches)
+    updated_at, gpu_indices, "array", array_progress, array_task_count, slurm_dependency, node_count, switches,
+    cancel_reason)
 SELECT job_id, project_id, %(cluster)s, user_id, username, false, 'train-' || (n %% 997), gpu_type, gpu_type,
     gpus, 180, E'#!/bin/bash\\npython train.py\\n', '{}', '', '', '', '/home/' || username,
     '/var/log/jobs/' || job_id || '.out', '/var/log/jobs/' || job_id || '.err', state, upper(state), '', '',
     1000000 + n, created_at + interval '2 seconds', 'gpu' || (n %% 4 + 1),
     CASE WHEN state = 'completed' THEN 0 ELSE 1 END, 1, created_at, created_at + interval '2 seconds',
-    started_at, ended_at, ended_at, '{}', '', '{}', 0, '', 1, '[]'
+    started_at, ended_at, ended_at, '{}', '', '{}', 0, '', 1, '[]', ''
 FROM history_rows ORDER BY n;
 
 INSERT INTO jobs_jobtransition (job_id, from_state, to_state, at, detail)

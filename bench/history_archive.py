@@ -7,14 +7,17 @@ first fills the daily sums (billing.UsageDaily, quotas.LedgerDaily) as the migra
 statement under a SHARE lock on the table summed, and then as billing 0005 and quotas 0005 do now, in short batches,
 while two probes write as a usage import (the billing lock, a share) and a quota write (the allocation's row lock,
 a ledger entry) do, every 20 ms, each in a transaction rolled back: their slowest write is the longest that the
-fill made a writer wait. Then it migrates up to the migration before the archive, times
+fill made a writer wait. Then billing 0004 (usage per array task: a column, a check and two unique indexes on the
+usage records) is applied the way Django's operations did it, in one transaction, and as it is written now
+(concurrently), while a probe updates a usage record every 20 ms. Then it migrates up to the migration before the
+archive, times
 `jobs.0013_job_transition_archive` and an archiving
 of everything older than `--months` (`job_transitions_archive`, as beat's task and `manage.py job_history_archive`
 run it). All the while a probe on a connection of its own records a new transition of a job and reads a job's
 timeline every 20 ms, as the sync and the job page do: its slowest write and read are the longest that the
 migration or the archiving made anyone wait. Then it exports a tenant's archive and prints the table sizes.
 
-Usage: python bench/history_archive.py [--from DB] [--months 6] [--batch-size 5000] [--keep] [--only-daily-sums]
+Usage: python bench/history_archive.py [--from DB] [--months 6] [--batch-size 5000] [--keep] [--only-migrations]
 Run it under `flock -w 900 /tmp/gpuportal-live.lock` (README, "Old history: the transitions archive").
 """
 
@@ -121,7 +124,9 @@ def main() -> None:
     parser.add_argument("--months", type=int, default=6, help="Archive what is older than this many months")
     parser.add_argument("--batch-size", type=int, default=5000)
     parser.add_argument("--keep", action="store_true", help="Keep the copy afterwards (it is dropped otherwise)")
-    parser.add_argument("--only-daily-sums", action="store_true", help="Measure the daily sums' fill only")
+    parser.add_argument(
+        "--only-migrations", action="store_true", help="Measure the daily sums' fill and billing 0004 only"
+    )
     arguments = parser.parse_args()
     copy = f"{_base_name()}_archive_bench"
 
@@ -141,7 +146,7 @@ def main() -> None:
             _database_url(copy),
             months=arguments.months,
             batch_size=arguments.batch_size,
-            only_daily_sums=arguments.only_daily_sums,
+            only_migrations=arguments.only_migrations,
         )
     finally:
         if not arguments.keep:
@@ -149,7 +154,7 @@ def main() -> None:
                 connection.execute(f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)')
 
 
-def _measure(url: str, *, months: int, batch_size: int, only_daily_sums: bool) -> None:
+def _measure(url: str, *, months: int, batch_size: int, only_migrations: bool) -> None:
     os.environ["BENCH_DATABASE_URL"] = url
     redis_base = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0]
     os.environ.setdefault("BENCH_REDIS_BASE", redis_base)
@@ -170,7 +175,8 @@ def _measure(url: str, *, months: int, batch_size: int, only_daily_sums: bool) -
 
     _history_indexes_renumbered(migrate)
     _daily_sums_fill(url, migrate)
-    if only_daily_sums:
+    _usage_array_tasks_migration(url, migrate)
+    if only_migrations:
         return
     print(f"migrations before the archive's: {migrate('jobs', '0012_job_arrays'):.1f} s", flush=True)
     job = Job.objects.order_by("created_at").only("pk").first()
@@ -352,6 +358,52 @@ def _daily_sums_fill(url: str, migrate: Any) -> None:
     print(f"daily sums that differ from the rows they sum: usage {len(usage)}, ledger {len(ledger)}", flush=True)
     assert not usage, "the batched fill left usage sums that differ from the shares"
     assert not ledger, "the batched fill left ledger sums that differ from the entries"
+
+
+# billing 0004 as Django's operations ran it before it was written out (sqlmigrate of the original): one
+# transaction holding the usage records' write lock through the check's scan and both index builds.
+LEGACY_USAGE_ARRAY_TASKS = """
+    ALTER TABLE billing_usagerecord ADD COLUMN array_task integer NULL CHECK (array_task >= 0);
+    CREATE INDEX billing_usagerecord_job_id_6704a792 ON billing_usagerecord (job_id);
+    ALTER TABLE billing_usagerecord DROP CONSTRAINT billing_usagerecord_job_id_6704a792_uniq;
+    ALTER TABLE billing_usagerecord ADD CONSTRAINT usage_record_one_per_charge
+        UNIQUE NULLS NOT DISTINCT (job_id, array_task);
+"""
+
+
+def _usage_array_tasks_migration(url: str, migrate: Any) -> None:
+    """billing 0004 on the copy, the old way and the new, each while a usage writer probes; back to 0003 between."""
+    from django.db import connection, transaction
+
+    from billing.models import UsageRecord
+
+    record = UsageRecord.objects.order_by("-id").values_list("pk", flat=True).first()
+    assert record is not None, "the copy holds no usage"
+    writer = [("UPDATE billing_usagerecord SET imported_at = imported_at WHERE id = %s", (record,))]
+    migrate("billing", "0003_usage_daily")
+    probe = WriterProbe(url, writer)
+    probe.start()
+    time.sleep(0.5)
+    started = time.perf_counter()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(LEGACY_USAGE_ARRAY_TASKS)
+        cursor.execute(
+            "INSERT INTO django_migrations (app, name, applied) VALUES ('billing', '0004_usage_array_tasks', now())"
+        )
+    print(
+        f"billing 0004 as one transaction (until now): {time.perf_counter() - started:.1f} s; a usage writer: "
+        f"{probe.finish()}",
+        flush=True,
+    )
+    migrate("billing", "0003_usage_daily")
+    probe = WriterProbe(url, writer)
+    probe.start()
+    time.sleep(0.5)
+    seconds = migrate("billing", "0004_usage_array_tasks")
+    print(
+        f"billing 0004_usage_array_tasks (concurrently): {seconds:.1f} s; a usage writer: {probe.finish()}", flush=True
+    )
+    migrate()
 
 
 def _history_indexes_renumbered(migrate: Any) -> None:
