@@ -7,13 +7,16 @@ from typing import Any
 
 from rest_framework import serializers
 
+from portal.api_serializers import FieldsBoundOnce
+
 
 # The input serializer of a request body. A misspelt or unsupported field (`"gpu"` for `"gpus"`, `"array": "0-3"`
 # on a plain submit) would otherwise be dropped silently and the request run without it; it is refused with a
 # 400 that names it and lists the fields the operation takes. The schema says the same (`additionalProperties:
 # false`, see `bodies_closed_in_schema`), so generated clients know. (No docstring: drf-spectacular would show
 # it as the description of every body that has none of its own.)
-class BodyInput(serializers.Serializer[Any]):
+# Its fields are made once per class (`FieldsBoundOnce`): no body input validates with the context.
+class BodyInput(FieldsBoundOnce):
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
             unknown = sorted(str(name) for name in data if name not in self.fields)
