@@ -30,6 +30,7 @@ from billing.spend import (
 from jobs.job_services import JobRequest
 from portal.api_errors import ERRORS
 from portal.api_inputs import BodyInput
+from portal.api_serializers import FieldsBoundOnce
 from quotas.apis import gpu_hours_field
 from quotas.units import gpu_seconds_to_hours
 from tenants.selectors import ProjectAction, project_get_by_label_for_user
@@ -79,7 +80,8 @@ class EstimateInput(BodyInput):
     )
 
 
-class EstimateRateOutput(serializers.Serializer[Any]):
+# Each submission's reply renders one: its fields are made once (`FieldsBoundOnce`; none reads the context).
+class EstimateRateOutput(FieldsBoundOnce):
     id = serializers.IntegerField()
     gpu_type = serializers.CharField(help_text="Empty: the cluster's rate for GPUs without a rate of their own")
     price_per_gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=4)
@@ -87,7 +89,7 @@ class EstimateRateOutput(serializers.Serializer[Any]):
     valid_from = serializers.DateTimeField()
 
 
-class EstimateAllocationOutput(serializers.Serializer[Any]):
+class EstimateAllocationOutput(FieldsBoundOnce):
     id = serializers.IntegerField()
     gpu_type = serializers.CharField(help_text="Empty: GPUs of any type")
     ends_on = serializers.DateField(help_text="The last day of the period")
@@ -95,7 +97,7 @@ class EstimateAllocationOutput(serializers.Serializer[Any]):
     remaining_after_gpu_hours = gpu_hours_field("Once the job's GPU-hours are reserved; negative: it does not fit")
 
 
-class EstimateOutput(serializers.Serializer[Any]):
+class EstimateOutput(FieldsBoundOnce):
     """The same estimate answers POST /api/v1/estimates/ and rides on the submit reply as `estimate`."""
 
     project = serializers.CharField(help_text="tenant/project")
