@@ -17,7 +17,7 @@ from rest_framework.utils.serializer_helpers import BindingDict
 # would show it as the description of every serializer that has none of its own.)
 class FieldsBoundOnce(serializers.Serializer[Any]):
     @property
-    def fields(self) -> BindingDict:  # type: ignore[override]
+    def fields(self) -> BindingDict:
         bound = _BOUND_FIELDS.get(type(self))
         if bound is None:
             bound = _BOUND_FIELDS.setdefault(type(self), super(FieldsBoundOnce, type(self)()).fields)

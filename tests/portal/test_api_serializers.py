@@ -13,7 +13,7 @@ from jobs.job_apis import JobSubmitInput
 from portal.api_serializers import FieldsBoundOnce
 
 
-def _subclasses(cls: type) -> set[type]:
+def _subclasses(cls: type[FieldsBoundOnce]) -> set[type[FieldsBoundOnce]]:
     found = set(cls.__subclasses__())
     for sub in list(found):
         found |= _subclasses(sub)
@@ -37,7 +37,7 @@ def test_the_fields_are_made_once_per_class() -> None:
     assert JobSubmitInput().fields is not EstimateOutput().fields
 
 
-@pytest.mark.parametrize("cls", sorted(_subclasses(FieldsBoundOnce), key=lambda cls: cls.__qualname__))
+@pytest.mark.parametrize("cls", sorted(_subclasses(FieldsBoundOnce), key=str))
 def test_no_shared_field_needs_the_request_it_serves(cls: type[FieldsBoundOnce]) -> None:
     # The shared fields see an instance of their own: a field that reads its serializer's context, methods or
     # defaults from the request would read that instance's, not the request's.
