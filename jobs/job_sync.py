@@ -161,7 +161,9 @@ def jobs_deliver_queued(*, job_id: uuid.UUID) -> DeliveryRun:
     while it waited or while a run drained the cluster (`jobs.sync_schedule.delivery_wake_needed`).
 
     The run holds the cluster's delivery wake while it drains, and claims again after each batch, so under a
-    stream of submissions one run delivers them all instead of one message, and one run, per few jobs. It ends
+    stream of submissions one run delivers them all instead of one message, and one run, per few jobs. After a
+    batch smaller than JOB_DELIVERY_BATCH_SIZE, its next claim comes JOB_DELIVERY_LINGER_MS after the one before
+    (at once if the batch took longer), so that a stream of single submissions is delivered several a batch. It ends
     when a claim finds no due job after the wake is given back (a job accepted just before that sent no message,
     so the run looks once more), when the cluster does not answer, or after JOB_DELIVERY_RUN_SECONDS with due jobs
     left (`more_due`: the task sends another message). A job it leaves queued has a retry message of its own, or
@@ -184,11 +186,19 @@ def jobs_deliver_queued(*, job_id: uuid.UUID) -> DeliveryRun:
 
 def _drain(run: DeliveryRun, *, glance: Job, job_id: uuid.UUID) -> DeliveryRun:
     size = settings.JOB_DELIVERY_BATCH_SIZE
+    linger = settings.JOB_DELIVERY_LINGER_MS / 1000
     stop_claiming_at = time.monotonic() + settings.JOB_DELIVERY_RUN_SECONDS
     own_id: uuid.UUID | None = job_id
     if refusal := _refusal(glance, now=timezone.now(), due_only=True):
         run.deliveries[job_id], own_id = Delivery(refusal), None
+    claimed_at, short_batch = 0.0, False
     while True:
+        if short_batch and run.holding_wake and linger > 0:
+            # The jobs accepted meanwhile sent no message: let a few more come before claiming them, so a stream
+            # of single submissions is delivered in batches of several. Counted from the last claim, so a job
+            # waits at most `linger` longer than it would have; a claim that finds none still ends the run.
+            _linger(claimed_at + linger - time.monotonic())
+        claimed_at = time.monotonic()
         now = timezone.now()
         with transaction.atomic():
             batch: list[Job] = []
@@ -214,6 +224,7 @@ def _drain(run: DeliveryRun, *, glance: Job, job_id: uuid.UUID) -> DeliveryRun:
             # Found after giving the wake back: hold it again unless a new message already took over.
             run.holding_wake = delivery_wake_hold(glance.cluster_id, taking_message=False)
         own_id = None
+        short_batch = len(batch) < size
         result = _batch_deliver(cluster=batch[0].cluster, claimed=claimed, settled=settled)
         run.deliveries.update(result.deliveries)
         run.batches += 1
@@ -224,6 +235,12 @@ def _drain(run: DeliveryRun, *, glance: Job, job_id: uuid.UUID) -> DeliveryRun:
             return run
         if run.holding_wake:
             delivery_wake_hold(glance.cluster_id, taking_message=True)  # renewed: it lapses only if this run dies
+
+
+def _linger(seconds: float) -> None:
+    """Wait before the run's next claim (JOB_DELIVERY_LINGER_MS); no time left, no wait."""
+    if seconds > 0:
+        time.sleep(seconds)
 
 
 _GLANCE_FIELDS = ("state", "cluster", "submit_lease_until", "next_attempt_at", "cancel_requested_at")

@@ -407,6 +407,12 @@ JOB_SUBMIT_GIVE_UP_HOURS = env_int("JOB_SUBMIT_GIVE_UP_HOURS", 24)
 JOB_DELIVERY_BATCH_SIZE = env_int("JOB_DELIVERY_BATCH_SIZE", 50)
 JOB_DELIVERY_THREADS = env_int("JOB_DELIVERY_THREADS", 4)
 JOB_DELIVERY_RUN_SECONDS = env_int("JOB_DELIVERY_RUN_SECONDS", 20)
+# Under a stream of single submissions a run's claims find a job or two each, and every batch costs the worker
+# and PostgreSQL the same few transactions: while its run holds the cluster's wake, after a batch smaller than
+# JOB_DELIVERY_BATCH_SIZE the next claim comes this long after that batch's claim (at once if the batch took
+# longer), so it carries the jobs accepted meanwhile. A job waits at most this much longer for its claim; 0 claims
+# again at once.
+JOB_DELIVERY_LINGER_MS = env_int("JOB_DELIVERY_LINGER_MS", 25)
 # While a delivery message for a cluster waits for a worker, jobs accepted for it send none (that run delivers
 # them); a wake whose message was lost lapses after this long (jobs/sync_schedule.py).
 JOB_DELIVERY_WAKE_SECONDS = env_int("JOB_DELIVERY_WAKE_SECONDS", 10)

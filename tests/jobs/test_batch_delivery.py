@@ -263,6 +263,57 @@ def test_a_job_accepted_just_before_a_run_gives_its_wake_back_is_delivered_by_th
     assert sent_tasks == [("jobs.tasks.job_submit", (first,))]  # the late job saw the wake held: no message
 
 
+def test_after_a_small_batch_a_run_lingers_so_its_next_batch_carries_the_jobs_accepted_meanwhile(
+    project: LiveProject, sent_tasks: list[SentTask], monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    settings.JOB_DELIVERY_LINGER_MS = 500  # longer than a batch takes even on a loaded machine: the run waits
+    first = str(project.submit(name="first")["id"])
+    late: list[str] = []
+    waits: list[float] = []
+    batch_sizes: list[int] = []
+    linger, deliver = job_sync._linger, job_sync._batch_deliver
+
+    def accepted_while_lingering(seconds: float) -> None:
+        waits.append(seconds)
+        if not late:  # two jobs come in while the run waits after its first batch
+            late.extend(str(project.submit(name=f"late-{number}")["id"]) for number in range(2))
+        linger(seconds)
+
+    def counted(**arguments: Any) -> Any:
+        batch_sizes.append(len(arguments["claimed"]))
+        return deliver(**arguments)
+
+    monkeypatch.setattr(job_sync, "_linger", accepted_while_lingering)
+    monkeypatch.setattr(job_sync, "_batch_deliver", counted)
+    run = jobs_deliver_queued(job_id=uuid.UUID(first))
+
+    assert {str(job_id): delivery.outcome for job_id, delivery in run.deliveries.items()} == dict.fromkeys(
+        [first, *late], "submitted"
+    )
+    assert batch_sizes == [1, 2]  # the two late jobs in one batch
+    # After each of the two small batches, counted from its claim: no job waits more than the linger for its claim.
+    # The claim that found nothing ended the run as before, without lingering.
+    assert len(waits) == 2
+    assert all(0 < wait <= 0.5 for wait in waits), waits
+    assert sent_tasks == [("jobs.tasks.job_submit", (first,))]  # the late ones sent no message of their own
+
+
+@pytest.mark.parametrize(("linger_ms", "lingers"), [(40, 1), (0, 0)])
+def test_a_run_claims_again_at_once_after_a_full_batch_or_with_no_linger_set(
+    project: LiveProject, monkeypatch: pytest.MonkeyPatch, settings: Any, linger_ms: int, lingers: int
+) -> None:
+    settings.JOB_DELIVERY_BATCH_SIZE = 2
+    settings.JOB_DELIVERY_LINGER_MS = linger_ms
+    jobs = queued_jobs(project, 3)
+    waits: list[float] = []
+    monkeypatch.setattr(job_sync, "_linger", waits.append)
+
+    run = jobs_deliver_queued(job_id=jobs[0].pk)
+
+    assert (outcomes(run), run.batches) == ({job.pk: "submitted" for job in jobs}, 2)
+    assert len(waits) == lingers  # only after the second batch (one job), never after the full first one
+
+
 def test_a_message_before_its_jobs_retry_is_due_delivers_nothing(project: LiveProject) -> None:
     waiting = queued_job(project, next_attempt_at=timezone.now() + timedelta(minutes=1))
 
