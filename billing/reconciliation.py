@@ -12,6 +12,7 @@ allocated GPUs from its accounting record.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -122,7 +123,9 @@ def reconciliation_period_validate(
             {
                 "start": [
                     f"A report covers at most {MAX_PERIOD.days} days; this period has "
-                    f"{(period_end - period_start) / timedelta(days=1):.1f}. Split it into shorter periods."
+                    # Rounded down: 100 days and 23 hours is "100.9", never "101.0".
+                    f"{math.floor((period_end - period_start) / timedelta(days=1) * 10) / 10:.1f}. "
+                    "Split it into shorter periods."
                 ]
             }
         )

@@ -528,6 +528,21 @@ def test_a_bad_period_or_cluster_is_refused_with_what_to_fix(enqueued: list[int]
     assert enqueued == []
 
 
+def test_a_period_too_long_is_counted_in_whole_tenths_of_a_day_rounded_down(
+    enqueued: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_matrix_cluster()
+    api = _api(make_user(is_staff=True))
+    late_evening = timezone.now().replace(hour=23, minute=30, second=0, microsecond=0)
+    monkeypatch.setattr(reconciliation.timezone, "now", lambda: late_evening)
+    start = (late_evening.date() - timedelta(days=100)).isoformat()
+
+    too_long = _post(api, {"cluster": "matrixcluster", "start": start})
+
+    # 100 days and 23.5 hours: "100.9", where rounding said "101.0" late in the day.
+    assert too_long["fields"]["start"][0].startswith("A report covers at most 92 days; this period has 100.9.")
+
+
 # Admin --------------------------------------------------------------------------------------------------
 
 
