@@ -534,7 +534,7 @@ def test_a_period_too_long_is_counted_in_whole_tenths_of_a_day_rounded_down(
     make_matrix_cluster()
     api = _api(make_user(is_staff=True))
     late_evening = timezone.now().replace(hour=23, minute=30, second=0, microsecond=0)
-    monkeypatch.setattr(reconciliation.timezone, "now", lambda: late_evening)
+    monkeypatch.setattr(timezone, "now", lambda: late_evening)
     start = (late_evening.date() - timedelta(days=100)).isoformat()
 
     too_long = _post(api, {"cluster": "matrixcluster", "start": start})
