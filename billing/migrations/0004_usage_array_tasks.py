@@ -33,8 +33,15 @@ FORWARD = (
         "usage_record_one_per_charge",
         f'ALTER TABLE "{TABLE}" ADD CONSTRAINT "usage_record_one_per_charge" UNIQUE USING INDEX "usage_record_one_per_charge"',
     ),
-    # The one-to-one field's own unique constraint: one usage record per job is now one per job and task.
-    f'ALTER TABLE "{TABLE}" DROP CONSTRAINT IF EXISTS "{TABLE}_job_id_6704a792_uniq"',
+    # The one-to-one field's own unique constraint: one usage record per job is now one per job and task. Its name
+    # depends on how the table came to be (PostgreSQL's "..._job_id_key" when billing 0001 created it, Django's
+    # "..._uniq" when a reverse of this migration added it back), so it is found by its column.
+    """DO $$ DECLARE name text; BEGIN
+        FOR name IN SELECT conname FROM pg_constraint WHERE conrelid = 'billing_usagerecord'::regclass
+            AND contype = 'u' AND conkey = ARRAY[(SELECT attnum FROM pg_attribute
+                WHERE attrelid = 'billing_usagerecord'::regclass AND attname = 'job_id')]::smallint[]
+        LOOP EXECUTE format('ALTER TABLE billing_usagerecord DROP CONSTRAINT %I', name); END LOOP;
+    END $$""",
 )
 
 BACKWARD = (
