@@ -412,7 +412,9 @@ JOB_DELIVERY_RUN_SECONDS = env_int("JOB_DELIVERY_RUN_SECONDS", 20)
 # JOB_DELIVERY_BATCH_SIZE the next claim comes this long after that batch's claim (at once if the batch took
 # longer), so it carries the jobs accepted meanwhile. A job waits at most this much longer for its claim; 0 claims
 # again at once.
-JOB_DELIVERY_LINGER_MS = env_int("JOB_DELIVERY_LINGER_MS", 25)
+# Off by default: on this 2-core machine a batch takes longer than 25-50 ms under load, so the linger rarely bit,
+# and quiet runs showed no gain yet (README, "How fast, measured").
+JOB_DELIVERY_LINGER_MS = env_int("JOB_DELIVERY_LINGER_MS", 0)
 # While a delivery message for a cluster waits for a worker, jobs accepted for it send none (that run delivers
 # them); a wake whose message was lost lapses after this long (jobs/sync_schedule.py).
 JOB_DELIVERY_WAKE_SECONDS = env_int("JOB_DELIVERY_WAKE_SECONDS", 10)
