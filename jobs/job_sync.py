@@ -161,9 +161,9 @@ def jobs_deliver_queued(*, job_id: uuid.UUID) -> DeliveryRun:
     while it waited or while a run drained the cluster (`jobs.sync_schedule.delivery_wake_needed`).
 
     The run holds the cluster's delivery wake while it drains, and claims again after each batch, so under a
-    stream of submissions one run delivers them all instead of one message, and one run, per few jobs. After a
-    batch smaller than JOB_DELIVERY_BATCH_SIZE, its next claim comes JOB_DELIVERY_LINGER_MS after the one before
-    (at once if the batch took longer), so that a stream of single submissions is delivered several a batch. It ends
+    stream of submissions one run delivers them all instead of one message, and one run, per few jobs. With
+    JOB_DELIVERY_LINGER_MS set, after a batch smaller than JOB_DELIVERY_BATCH_SIZE its next claim comes that long
+    after the one before (at once if the batch took longer), so single submissions go several a batch. It ends
     when a claim finds no due job after the wake is given back (a job accepted just before that sent no message,
     so the run looks once more), when the cluster does not answer, or after JOB_DELIVERY_RUN_SECONDS with due jobs
     left (`more_due`: the task sends another message). A job it leaves queued has a retry message of its own, or

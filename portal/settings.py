@@ -410,10 +410,9 @@ JOB_DELIVERY_RUN_SECONDS = env_int("JOB_DELIVERY_RUN_SECONDS", 20)
 # Under a stream of single submissions a run's claims find a job or two each, and every batch costs the worker
 # and PostgreSQL the same few transactions: while its run holds the cluster's wake, after a batch smaller than
 # JOB_DELIVERY_BATCH_SIZE the next claim comes this long after that batch's claim (at once if the batch took
-# longer), so it carries the jobs accepted meanwhile. A job waits at most this much longer for its claim; 0 claims
-# again at once.
-# Off by default: on this 2-core machine a batch takes longer than 25-50 ms under load, so the linger rarely bit,
-# and quiet runs showed no gain yet (README, "How fast, measured").
+# longer), so it carries the jobs accepted meanwhile. A job waits at most this much longer for its claim. 0 (the
+# default) claims again at once: on a 2-core machine a batch under load takes longer than 25-50 ms, so the linger
+# rarely bit, and quiet runs showed no gain yet (README, "How fast, measured").
 JOB_DELIVERY_LINGER_MS = env_int("JOB_DELIVERY_LINGER_MS", 0)
 # While a delivery message for a cluster waits for a worker, jobs accepted for it send none (that run delivers
 # them); a wake whose message was lost lapses after this long (jobs/sync_schedule.py).
