@@ -14,7 +14,7 @@ client, signed in as alice (acme's tenant admin: 70% of the jobs are acme's) and
 45%), and the spend overview of every tenant as admin (a portal admin); each route's p50/p95 in ms and its SQL
 queries per request are printed, the sizes side by side.
 
-Usage: python bench/history.py [--jobs 10000,1000000] [--requests 20] [--reuse]
+Usage: python bench/history.py [--jobs 10000,1000000] [--requests 20] [--reuse] [--routes search]
 Run it under `flock -w 900 /tmp/gpuportal-live.lock` (README, "Benchmarks").
 """
 
@@ -94,11 +94,12 @@ def main() -> None:
     parser.add_argument("--jobs", default="10000,1000000", help="Sizes, comma-separated")
     parser.add_argument("--requests", type=int, default=20, help="Timed requests per route and user")
     parser.add_argument("--reuse", action="store_true", help="Keep a loaded database of the same size; migrate it")
+    parser.add_argument("--routes", default="", help="Only the routes whose label contains this text")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     sizes = [int(size) for size in arguments.jobs.split(",")]
     if arguments.child:
-        child(jobs=sizes[0], requests=arguments.requests, reuse=arguments.reuse)
+        child(jobs=sizes[0], requests=arguments.requests, reuse=arguments.reuse, routes=arguments.routes)
         return
 
     print(f"bench/history.py: the history routes with {', '.join(f'{size:,}' for size in sizes)} finished jobs")
@@ -110,6 +111,8 @@ def main() -> None:
         command = [sys.executable, __file__, "--child", "--jobs", str(size), "--requests", str(arguments.requests)]
         if arguments.reuse:
             command.append("--reuse")
+        if arguments.routes:
+            command += ["--routes", arguments.routes]
         completed = subprocess.run(command, env=environment, stdout=subprocess.PIPE, text=True, check=False)
         for line in completed.stdout.splitlines():
             if line.startswith(RESULT_PREFIX):
@@ -132,6 +135,8 @@ def table_print(sizes: list[int], results: dict[int, dict[str, Any]]) -> None:
     print(header)
     for label, _, users in ROUTES:
         for user in users:
+            if not any(f"{label}|{user}" in results[size]["routes"] for size in sizes):
+                continue  # left out by --routes
             cells, costs, queries = [], [], []
             for size in sizes:
                 figure = results[size]["routes"].get(f"{label}|{user}")
@@ -177,7 +182,7 @@ def sizes_print(jobs: int, info: dict[str, Any]) -> None:
 # Child: load (or migrate) one database, then time the routes. ----------------------------------------------
 
 
-def child(*, jobs: int, requests: int, reuse: bool) -> None:
+def child(*, jobs: int, requests: int, reuse: bool, routes: str = "") -> None:
     import portal_stack as stack  # sets Django up on BENCH_DATABASE_URL
     from django.core.management import call_command
 
@@ -195,7 +200,7 @@ def child(*, jobs: int, requests: int, reuse: bool) -> None:
         note = _load(stack, jobs=jobs)
     print(f"  {size_label(jobs)}: {note}", flush=True)
     load_before = os.getloadavg()[0]
-    routes = _measure(requests=requests)
+    figures = _measure(requests=requests, only=routes)
     load = f"load average {load_before:.1f} before the routes, {os.getloadavg()[0]:.1f} after"
     from django.db import connection
 
@@ -207,7 +212,7 @@ def child(*, jobs: int, requests: int, reuse: bool) -> None:
     result = {
         "note": note,
         "load": load,
-        "routes": routes,
+        "routes": figures,
         "database_mb": database_bytes / 1024 / 1024,
         "tables": tables,
     }
@@ -500,7 +505,7 @@ def _page_deep(client: Any, path: str, pages: int) -> str:
     return url
 
 
-def _measure(*, requests: int) -> dict[str, dict[str, Any]]:
+def _measure(*, requests: int, only: str = "") -> dict[str, dict[str, Any]]:
     import portal_stack as stack
     from django.contrib.auth import get_user_model
     from django.db import connection
@@ -534,7 +539,7 @@ def _measure(*, requests: int) -> dict[str, dict[str, Any]]:
             "year_ago": f"{today - timedelta(days=365)}",
         }
         for label, template, users in ROUTES:
-            if username not in users:
+            if username not in users or only not in label:
                 continue
             path = template.format(**values)
             gc.collect()  # what walking 49 pages left behind is not collected inside a timed request

@@ -49,12 +49,14 @@ from jobs.pipelines import DependencyRequest, Edge, Pipeline, cancel_effects, pi
 from jobs.reasons import pending_reason_text
 from jobs.reruns import job_rerun
 from jobs.selectors import (
+    JOB_SEARCH_SPAN,
     JobAction,
     job_action_allowed,
     job_array_task_list,
     job_get_for_user,
     job_is_gpu_idle,
     job_list_filtered_for_user,
+    job_list_window,
     job_pipeline_parent_choices,
     job_reruns_list,
     job_template_list_for_user,
@@ -62,7 +64,15 @@ from jobs.selectors import (
 )
 from jobs.templates import BUILTIN_TEMPLATES, BuiltinTemplate
 from portal.errors import Conflict
-from portal.keyset import CursorInvalid, bounded_count, keyset_page
+from portal.keyset import (
+    BoundedCount,
+    CursorInvalid,
+    KeysetPage,
+    WindowedPage,
+    bounded_count,
+    keyset_page,
+    windowed_keyset_page,
+)
 from tenants.models import Project
 from tenants.selectors import ProjectAction, project_get_by_label_for_user, project_list_for_user
 
@@ -596,15 +606,38 @@ class ListPage:
     next: str
     # Newest first, the pages are newer and older ones; in another order, previous and next.
     words: tuple[str, str, str] = ("« First", "← Previous", "Next →")
+    # How many jobs the list has, where the page tells without counting: None, count them (bounded_count).
+    count: BoundedCount | None = None
 
 
-def _page(request: HttpRequest, jobs: QuerySet[Job], *, sort: str, query: dict[str, str]) -> ListPage:
-    """Newest first pages by cursor (cheap however deep); another order pages by number (`?page=`)."""
+def _page(
+    request: HttpRequest, jobs: QuerySet[Job], *, sort: str, query: dict[str, str], search: bool = False
+) -> ListPage:
+    """Newest first pages by cursor (cheap however deep; a name search looks within the last weeks first);
+    another order pages by number (`?page=`)."""
     if sort == DEFAULT_SORT:
+
+        def keyset_at(cursor: str | None) -> KeysetPage[Job]:
+            if search:
+                return windowed_keyset_page(
+                    jobs, cursor=cursor, size=JOBS_PER_PAGE, window=job_list_window, span=JOB_SEARCH_SPAN
+                )
+            return keyset_page(jobs, cursor=cursor, size=JOBS_PER_PAGE)
+
         try:
-            keyset = keyset_page(jobs, cursor=request.GET.get("cursor") or None, size=JOBS_PER_PAGE)
+            keyset = keyset_at(request.GET.get("cursor") or None)
         except CursorInvalid:  # a link cut short, or from another list: its first page
-            keyset = keyset_page(jobs, cursor=None, size=JOBS_PER_PAGE)
+            keyset = keyset_at(None)
+        count = None
+        if keyset.is_first and keyset.older is None:  # the first page holds them all
+            count = BoundedCount(count=len(keyset.rows), exact=True)
+        elif isinstance(keyset, WindowedPage) and keyset.span is not None:  # counting would read every match
+            # The first page says how many are within its window; a later one, that there are more than a page.
+            found = bounded_count(keyset.window) if keyset.window is not None else None
+            if found is None:
+                count = BoundedCount(count=JOBS_PER_PAGE, exact=False)
+            else:
+                count = found if not found.exact else BoundedCount(count=found.count, exact=False, at_least=True)
         return ListPage(
             rows=keyset.rows,
             is_first=keyset.is_first,
@@ -612,6 +645,7 @@ def _page(request: HttpRequest, jobs: QuerySet[Job], *, sort: str, query: dict[s
             previous=urlencode({**query, "cursor": keyset.newer}) if keyset.newer else "",
             next=urlencode({**query, "cursor": keyset.older}) if keyset.older else "",
             words=("« Newest", "← Newer", "Older →"),
+            count=count,
         )
     numbered = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
     number = numbered.number
@@ -698,7 +732,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
         submitted_until=submitted_until,
     )
     now = timezone.now()
-    page = _page(request, _sorted(jobs, sort, now=now), sort=sort, query=query)
+    page = _page(request, _sorted(jobs, sort, now=now), sort=sort, query=query, search=bool(data["search"]))
     rows = page.rows
 
     # Watch the projects of the rows shown; on the first page also every project where new jobs may appear.
@@ -717,7 +751,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
     )
     context.update(
         page=page,
-        count=bounded_count(jobs),
+        count=page.count or bounded_count(jobs),
         rows=rows,
         costs=job_costs(rows, now=now),
         live={

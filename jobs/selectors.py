@@ -5,11 +5,12 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Collection
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from django.core.exceptions import PermissionDenied
 from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models import Prefetch, Q, QuerySet
+from django.db.models.functions import TruncDate
 from django.http import Http404
 
 from clusters.selectors import (
@@ -300,6 +301,23 @@ def job_list_filtered_for_user(
         if search.isdigit():
             condition |= Q(slurm_job_id=int(search))
         jobs = jobs.filter(condition)
+    return jobs
+
+
+# A name search reads every match from its trigram index, however old, to find the newest: it looks within this
+# span of the page's start first (job_list_window, portal.keyset.windowed_keyset_page).
+JOB_SEARCH_SPAN = timedelta(days=7)
+
+
+def job_list_window(jobs: QuerySet[Job], since: datetime | None, until: datetime | None) -> QuerySet[Job]:
+    """`jobs` created since `since` and until `until` (either None: no bound), said also by the UTC day of their
+    creation, which the name search's index (job_name_search_by_day) holds beside the name's trigrams: the
+    index then reads the matches of those days only."""
+    jobs = jobs.alias(created_day=TruncDate("created_at", tzinfo=UTC))
+    if since is not None:
+        jobs = jobs.filter(created_at__gte=since, created_day__gte=since.astimezone(UTC).date())
+    if until is not None:
+        jobs = jobs.filter(created_at__lte=until, created_day__lte=until.astimezone(UTC).date())
     return jobs
 
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
 from django.db.models import Model, Q, QuerySet
+from django.utils.timezone import now as timezone_now
 
 M = TypeVar("M", bound=Model)
 
@@ -68,26 +71,82 @@ class KeysetPage(Generic[M]):
         return self.newer is None
 
 
+# Narrows a list to the rows created since a time (or until one, the other bound None), in a way an index serves.
+Window = Callable[[QuerySet[M], datetime | None, datetime | None], QuerySet[M]]
+
+
+# A window this long holds most of a list's history: reading the whole list costs about as much.
+WHOLE_LIST_SPAN = timedelta(days=180)
+
+
+@dataclass(frozen=True)
+class WindowedPage(KeysetPage[M]):
+    span: timedelta | None = None  # the window the page was found in; None: the whole list was searched
+    window: QuerySet[M] | None = None  # on the first page found in a window: the list within that window
+
+
+def windowed_keyset_page(
+    queryset: QuerySet[M], *, cursor: str | None, size: int, window: Window[M], span: timedelta
+) -> WindowedPage[M]:
+    """`keyset_page` for a list whose index finds its rows in time order only within a window of time (a name
+    search: its trigram index has no order, so the newest matches are found by reading every match, however
+    old). The page is looked for among the rows within `span` of the cursor (of now, on the first page), then
+    within a span as long as that one's share of matches says a page needs (twice that, for luck), and in the
+    whole list when neither holds a full page (or the second span would be WHOLE_LIST_SPAN or longer: the matches
+    are few, and then reading them all costs little): the cost follows the rows near the page, not the history.
+    The spans are probed for keys only; the page's rows are read by key once found. A page found in a span has
+    more rows after it; how many is not counted."""
+    position = Cursor.decode(cursor) if cursor else None
+    for _ in range(2):
+        if position is None:
+            narrowed = window(queryset, timezone_now() - span, None)
+        elif position.direction == OLDER:
+            narrowed = window(queryset, position.created_at - span, None)
+        else:
+            narrowed = window(queryset, None, position.created_at + span)
+        keys = list(_walk(narrowed, position).values_list("pk", flat=True)[: size + 1])
+        if len(keys) > size:  # a full page, and more beyond it inside the span
+            page = _page_of(list(_walk(queryset, position).filter(pk__in=keys)), position, size)
+            first = narrowed if position is None else None
+            return WindowedPage(rows=page.rows, older=page.older, newer=page.newer, span=span, window=first)
+        if not keys:
+            break
+        span *= math.ceil(2 * (size + 1) / len(keys))
+        if span >= WHOLE_LIST_SPAN:
+            break
+    page = keyset_page(queryset, cursor=cursor, size=size)
+    return WindowedPage(rows=page.rows, older=page.older, newer=page.newer)
+
+
 def keyset_page(queryset: QuerySet[M], *, cursor: str | None, size: int) -> KeysetPage[M]:
     """The page of `queryset` (any filters; rows ordered by -created_at, -pk here) that `cursor` points to, the
     first page without one. One query, reading at most size + 1 rows from where the cursor points."""
     position = Cursor.decode(cursor) if cursor else None
-    ordered = queryset.order_by("-created_at", "-pk")
+    return _page_of(list(_walk(queryset, position)[: size + 1]), position, size)
+
+
+def _walk(queryset: QuerySet[M], position: Cursor | None) -> QuerySet[M]:
+    """The rows from where `position` points, in the order a page reads them: older ones newest first, newer
+    ones oldest first."""
     if position is None:
-        rows = list(ordered[: size + 1])
-        more, rows = len(rows) > size, rows[:size]
-        return KeysetPage(rows=rows, older=Cursor.of(rows[-1], OLDER).encode() if more else None, newer=None)
+        return queryset.order_by("-created_at", "-pk")
     at, pk = position.created_at, position.pk
     if position.direction == OLDER:
         # The first condition is the index's range (created_at <= at); the second breaks ties by id.
-        rows = list(ordered.filter(Q(created_at__lte=at) & (Q(created_at__lt=at) | Q(pk__lt=pk)))[: size + 1])
-        more, rows = len(rows) > size, rows[:size]
+        older = Q(created_at__lte=at) & (Q(created_at__lt=at) | Q(pk__lt=pk))
+        return queryset.order_by("-created_at", "-pk").filter(older)
+    return queryset.order_by("created_at", "pk").filter(Q(created_at__gte=at) & (Q(created_at__gt=at) | Q(pk__gt=pk)))
+
+
+def _page_of(rows: list[M], position: Cursor | None, size: int) -> KeysetPage[M]:
+    """The page of the first size + 1 rows `_walk` gave (the extra row only says that there are more)."""
+    more, rows = len(rows) > size, rows[:size]
+    if position is None:
+        return KeysetPage(rows=rows, older=Cursor.of(rows[-1], OLDER).encode() if more else None, newer=None)
+    if position.direction == OLDER:
         older = Cursor.of(rows[-1], OLDER).encode() if more else None
         newer = Cursor.of(rows[0], NEWER).encode() if rows else None
         return KeysetPage(rows=rows, older=older, newer=newer)
-    newest_first = queryset.order_by("created_at", "pk")
-    rows = list(newest_first.filter(Q(created_at__gte=at) & (Q(created_at__gt=at) | Q(pk__gt=pk)))[: size + 1])
-    more, rows = len(rows) > size, rows[:size]
     rows.reverse()
     older = Cursor.of(rows[-1], OLDER).encode() if rows else None
     return KeysetPage(rows=rows, older=older, newer=Cursor.of(rows[0], NEWER).encode() if more else None)
@@ -97,8 +156,11 @@ def keyset_page(queryset: QuerySet[M], *, cursor: str | None, size: int) -> Keys
 class BoundedCount:
     count: int  # exact when `exact`, else COUNT_LIMIT: there are more
     exact: bool
+    at_least: bool = False  # not exact, and count is what was found, not a limit: there may be more
 
     def __str__(self) -> str:
+        if self.at_least:
+            return f"at least {self.count:,}"
         return f"{self.count:,}" if self.exact else f"more than {self.count:,}"
 
 
