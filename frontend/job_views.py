@@ -633,11 +633,7 @@ def _page(
             count = BoundedCount(count=len(keyset.rows), exact=True)
         elif isinstance(keyset, WindowedPage) and keyset.span is not None:  # counting would read every match
             # The first page says how many are within its window; a later one, that there are more than a page.
-            found = bounded_count(keyset.window) if keyset.window is not None else None
-            if found is None:
-                count = BoundedCount(count=JOBS_PER_PAGE, exact=False)
-            else:
-                count = found if not found.exact else BoundedCount(count=found.count, exact=False, at_least=True)
+            count = keyset.in_window or BoundedCount(count=JOBS_PER_PAGE, exact=False)
         return ListPage(
             rows=keyset.rows,
             is_first=keyset.is_first,

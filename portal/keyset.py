@@ -82,7 +82,8 @@ WHOLE_LIST_SPAN = timedelta(days=180)
 @dataclass(frozen=True)
 class WindowedPage(KeysetPage[M]):
     span: timedelta | None = None  # the window the page was found in; None: the whole list was searched
-    window: QuerySet[M] | None = None  # on the first page found in a window: the list within that window
+    # On the first page found in a window: how many rows the window holds (up to COUNT_LIMIT), "at least" so many.
+    in_window: BoundedCount | None = None
 
 
 def windowed_keyset_page(
@@ -94,9 +95,10 @@ def windowed_keyset_page(
     within a span as long as that one's share of matches says a page needs (twice that, for luck), and in the
     whole list when neither holds a full page (or the second span would be WHOLE_LIST_SPAN or longer: the matches
     are few, and then reading them all costs little): the cost follows the rows near the page, not the history.
-    The spans are probed for keys only; the page's rows are read by key once found. A page found in a span has
-    more rows after it; how many is not counted."""
+    The spans are probed for keys only (on the first page up to COUNT_LIMIT + 1 of them, which counts the rows
+    within the span in the same scan); the page's rows are read by key once found."""
     position = Cursor.decode(cursor) if cursor else None
+    probe = max(size, COUNT_LIMIT) + 1 if position is None else size + 1
     for _ in range(2):
         if position is None:
             narrowed = window(queryset, timezone_now() - span, None)
@@ -104,11 +106,14 @@ def windowed_keyset_page(
             narrowed = window(queryset, position.created_at - span, None)
         else:
             narrowed = window(queryset, None, position.created_at + span)
-        keys = list(_walk(narrowed, position).values_list("pk", flat=True)[: size + 1])
+        keys = list(_walk(narrowed, position).values_list("pk", flat=True)[:probe])
         if len(keys) > size:  # a full page, and more beyond it inside the span
-            page = _page_of(list(_walk(queryset, position).filter(pk__in=keys)), position, size)
-            first = narrowed if position is None else None
-            return WindowedPage(rows=page.rows, older=page.older, newer=page.newer, span=span, window=first)
+            page = _page_of(list(_walk(queryset, position).filter(pk__in=keys[: size + 1])), position, size)
+            found = None
+            if position is None:
+                exact = len(keys) <= COUNT_LIMIT
+                found = BoundedCount(count=min(len(keys), COUNT_LIMIT), exact=False, at_least=exact)
+            return WindowedPage(rows=page.rows, older=page.older, newer=page.newer, span=span, in_window=found)
         if not keys:
             break
         span *= math.ceil(2 * (size + 1) / len(keys))

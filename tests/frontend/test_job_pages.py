@@ -316,7 +316,9 @@ def test_the_list_pages_by_25_by_cursor_and_keeps_the_filters_in_the_links(shop:
     assert "Clear filters" in filtered
 
 
-def test_a_search_counts_the_recent_matches_only_and_pages_on_to_older_ones(shop: Shop) -> None:
+def test_a_search_counts_the_recent_matches_only_and_pages_on_to_older_ones(
+    shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
     jobs = [shop.submit(name=f"sweep-{number:02d}") for number in range(30)]
     # Three were submitted two months ago: older than the week a search looks within first.
     Job.objects.filter(pk__in=[job.pk for job in jobs[:3]]).update(created_at=timezone.now() - timedelta(days=60))
@@ -329,6 +331,8 @@ def test_a_search_counts_the_recent_matches_only_and_pages_on_to_older_ones(shop
     second = client.get(f"/jobs/?search=sweep&cursor={older.group(1)}").content.decode()
     assert [f"sweep-{number:02d}" in second for number in range(5)] == [True] * 5
     assert second.count("<tr data-job-id=") == 5
+    monkeypatch.setattr("portal.keyset.COUNT_LIMIT", 26)
+    assert '<span class="current">more than 26 jobs</span>' in client.get("/jobs/?search=sweep").content.decode()
 
 
 def test_the_list_counts_up_to_a_limit_then_says_more_than(shop: Shop, monkeypatch: pytest.MonkeyPatch) -> None:
