@@ -46,6 +46,11 @@ ROUTES: list[tuple[str, str, tuple[str, ...]]] = [
     ("page /jobs/?search=train-996", "/jobs/?search=train-996", ("alice", "bob")),
     # Digits are also a Slurm job id.
     ("page /jobs/?search=<Slurm job id>", "/jobs/?search={slurm_job_id}", ("alice", "bob")),
+    # Another order sorts the newest 1,000 matching jobs (frontend.job_views.SORT_LIMIT); oldest first pages by
+    # cursor like newest first.
+    ("page /jobs/?sort=-cost", "/jobs/?sort=-cost", ("alice", "bob")),
+    ("page /jobs/?sort=-duration&page=20", "/jobs/?sort=-duration&page=20", ("alice", "bob")),
+    ("page /jobs/?sort=submitted (oldest first)", "/jobs/?sort=submitted", ("alice", "bob")),
     ("GET /api/v1/jobs/", "/api/v1/jobs/", ("alice", "bob")),
     ("GET /api/v1/jobs/ 50 pages deep", "{api_jobs_page_50}", ("alice", "bob")),
     (

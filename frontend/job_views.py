@@ -506,6 +506,10 @@ SORTS = {
     "exit_code": "Exit code",
 }
 DEFAULT_SORT = "-submitted"
+# An order by a value no index keeps (duration, cost, GPUs, owner, exit code) sorts the newest SORT_LIMIT jobs of
+# the list: sorting every job of a long history reads them all (seconds at 1M jobs, bench/history.py). The page
+# says so, and the filters (a project, a state, a range of dates) narrow what is sorted.
+SORT_LIMIT = 1000
 SORT_CHOICES = [
     ("-submitted", "Newest first"),
     ("submitted", "Oldest first"),
@@ -613,16 +617,17 @@ class ListPage:
 def _page(
     request: HttpRequest, jobs: QuerySet[Job], *, sort: str, query: dict[str, str], search: bool = False
 ) -> ListPage:
-    """Newest first pages by cursor (cheap however deep; a name search looks within the last weeks first);
-    another order pages by number (`?page=`)."""
-    if sort == DEFAULT_SORT:
+    """Newest or oldest first pages by cursor (cheap however deep; a name search, newest first, looks within the
+    last weeks first); another order pages by number (`?page=`) through the newest SORT_LIMIT jobs."""
+    if sort.removeprefix("-") == "submitted":
+        oldest_first = sort == "submitted"
 
         def keyset_at(cursor: str | None) -> KeysetPage[Job]:
-            if search:
+            if search and not oldest_first:
                 return windowed_keyset_page(
                     jobs, cursor=cursor, size=JOBS_PER_PAGE, window=job_list_window, span=JOB_SEARCH_SPAN
                 )
-            return keyset_page(jobs, cursor=cursor, size=JOBS_PER_PAGE)
+            return keyset_page(jobs, cursor=cursor, size=JOBS_PER_PAGE, oldest_first=oldest_first)
 
         try:
             keyset = keyset_at(request.GET.get("cursor") or None)
@@ -640,7 +645,7 @@ def _page(
             first=urlencode(query) if not keyset.is_first else "",
             previous=urlencode({**query, "cursor": keyset.newer}) if keyset.newer else "",
             next=urlencode({**query, "cursor": keyset.older}) if keyset.older else "",
-            words=("« Newest", "← Newer", "Older →"),
+            words=("« Oldest", "← Older", "Newer →") if oldest_first else ("« Newest", "← Newer", "Older →"),
             count=count,
         )
     numbered = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
@@ -728,7 +733,10 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
         submitted_until=submitted_until,
     )
     now = timezone.now()
-    page = _page(request, _sorted(jobs, sort, now=now), sort=sort, query=query, search=bool(data["search"]))
+    sortable = jobs
+    if sort.removeprefix("-") != "submitted":
+        sortable = jobs.filter(pk__in=jobs.order_by("-created_at", "-id").values("pk")[:SORT_LIMIT])
+    page = _page(request, _sorted(sortable, sort, now=now), sort=sort, query=query, search=bool(data["search"]))
     rows = page.rows
 
     # Watch the projects of the rows shown; on the first page also every project where new jobs may appear.
@@ -745,9 +753,12 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
         if insert_new
         else []
     )
+    count = page.count or bounded_count(jobs)
     context.update(
         page=page,
-        count=page.count or bounded_count(jobs),
+        count=count,
+        # Sorted among the newest SORT_LIMIT only, when the list has more.
+        sorted_among=f"{SORT_LIMIT:,}" if sortable is not jobs and not count.exact else None,
         rows=rows,
         costs=job_costs(rows, now=now),
         live={

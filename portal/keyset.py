@@ -123,24 +123,28 @@ def windowed_keyset_page(
     return WindowedPage(rows=page.rows, older=page.older, newer=page.newer)
 
 
-def keyset_page(queryset: QuerySet[M], *, cursor: str | None, size: int) -> KeysetPage[M]:
-    """The page of `queryset` (any filters; rows ordered by -created_at, -pk here) that `cursor` points to, the
-    first page without one. One query, reading at most size + 1 rows from where the cursor points."""
+def keyset_page(queryset: QuerySet[M], *, cursor: str | None, size: int, oldest_first: bool = False) -> KeysetPage[M]:
+    """The page of `queryset` (any filters; rows ordered by -created_at, -pk here, or the other way round when
+    `oldest_first`: then `older` is the next page's cursor and `newer` the previous one's) that `cursor` points
+    to, the first page without one. One query, reading at most size + 1 rows from where the cursor points."""
     position = Cursor.decode(cursor) if cursor else None
-    return _page_of(list(_walk(queryset, position)[: size + 1]), position, size)
+    return _page_of(list(_walk(queryset, position, oldest_first=oldest_first)[: size + 1]), position, size)
 
 
-def _walk(queryset: QuerySet[M], position: Cursor | None) -> QuerySet[M]:
-    """The rows from where `position` points, in the order a page reads them: older ones newest first, newer
-    ones oldest first."""
+def _walk(queryset: QuerySet[M], position: Cursor | None, *, oldest_first: bool = False) -> QuerySet[M]:
+    """The rows from where `position` points, in the order a page reads them: the next ones in the list's order,
+    the previous ones in the other."""
+    forward = ("created_at", "pk") if oldest_first else ("-created_at", "-pk")
+    backward = ("-created_at", "-pk") if oldest_first else ("created_at", "pk")
     if position is None:
-        return queryset.order_by("-created_at", "-pk")
+        return queryset.order_by(*forward)
     at, pk = position.created_at, position.pk
+    # The first condition of each is the index's range (created_at <= at); the second breaks ties by id.
+    before = Q(created_at__lte=at) & (Q(created_at__lt=at) | Q(pk__lt=pk))
+    after = Q(created_at__gte=at) & (Q(created_at__gt=at) | Q(pk__gt=pk))
     if position.direction == OLDER:
-        # The first condition is the index's range (created_at <= at); the second breaks ties by id.
-        older = Q(created_at__lte=at) & (Q(created_at__lt=at) | Q(pk__lt=pk))
-        return queryset.order_by("-created_at", "-pk").filter(older)
-    return queryset.order_by("created_at", "pk").filter(Q(created_at__gte=at) & (Q(created_at__gt=at) | Q(pk__gt=pk)))
+        return queryset.order_by(*forward).filter(after if oldest_first else before)
+    return queryset.order_by(*backward).filter(before if oldest_first else after)
 
 
 def _page_of(rows: list[M], position: Cursor | None, size: int) -> KeysetPage[M]:

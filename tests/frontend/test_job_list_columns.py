@@ -230,6 +230,40 @@ def test_pages_in_another_order_go_by_number_and_keep_filters_and_sort(shop: Sho
     assert parse_qs(back.group(1).replace("&amp;", "&"))["page"] == ["1"]
 
 
+def test_another_order_sorts_the_newest_jobs_only_and_says_so_when_there_are_more(
+    shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for number in range(6):
+        _set(shop.submit(name=f"sweep-{number:02d}"), gpus=1 + number)  # the oldest have the fewest GPUs
+    client = shop.client("viewer")
+    every = _html(client, "/jobs/?sort=gpus")
+    assert _names(every)[0] == "sweep-00"
+    assert 'id="sorted-among"' not in every
+    monkeypatch.setattr("frontend.job_views.SORT_LIMIT", 4)
+    monkeypatch.setattr("portal.keyset.COUNT_LIMIT", 4)
+    newest = _html(client, "/jobs/?sort=gpus")
+    assert _names(newest) == ["sweep-02", "sweep-03", "sweep-04", "sweep-05"]
+    assert "among the newest 4 jobs that match: filter by project, state or the dates submitted" in newest
+    # Oldest first is the list's own order, whole, however long.
+    assert _names(_html(client, "/jobs/?sort=submitted"))[0] == "sweep-00"
+
+
+def test_oldest_first_pages_by_cursor(shop: Shop) -> None:
+    for number in range(27):
+        shop.submit(name=f"sweep-{number:02d}")
+    client = shop.client("viewer")
+    first = _html(client, "/jobs/?sort=submitted")
+    assert _names(first)[:2] == ["sweep-00", "sweep-01"]
+    assert len(_names(first)) == 25
+    following = re.search(r'<a href="\?sort=submitted&amp;cursor=([\w-]+)" rel="next">Newer →</a>', first)
+    assert following
+    second = _html(client, f"/jobs/?sort=submitted&cursor={following.group(1)}")
+    assert _names(second) == ["sweep-25", "sweep-26"]
+    back = re.search(r'<a href="\?sort=submitted&amp;cursor=([\w-]+)" rel="prev">← Older</a>', second)
+    assert back
+    assert _names(_html(client, f"/jobs/?sort=submitted&cursor={back.group(1)}")) == _names(first)
+
+
 @pytest.mark.parametrize(
     ("query", "field", "message"),
     [
