@@ -378,6 +378,14 @@ SELECT job_id, from_state, to_state, at, '' FROM history_rows, LATERAL (VALUES
 ) AS steps(step, from_state, to_state, at)
 ORDER BY n, step;
 
+-- What the GPU collector leaves for a measured job: its utilisation and idle GPU-seconds (the efficiency report,
+-- the dashboard's idle cost); every job here, as DCGM or NVML would measure every GPU job.
+INSERT INTO jobs_jobefficiency (job_id, source, observed_gpu_seconds, utilisation_percent_seconds,
+    peak_memory_mib, idle_gpu_seconds, idle_gpus, updated_at)
+SELECT job_id, 'dcgm', gpus * seconds, gpus * seconds * (20 + n %% 80)::float8, 20000 + n %% 60000,
+    gpus * seconds * (n %% 5) / 10, 0, ended_at
+FROM history_rows ORDER BY n;
+
 CREATE TEMP TABLE history_charges ON COMMIT DROP AS
 SELECT r.*, a.id AS allocation_id, p.tenant_id, rate.id AS rate_id, rate.price_per_gpu_hour,
        round(r.gpus * r.seconds * rate.price_per_gpu_hour / 3600, 6) AS cost

@@ -15,14 +15,32 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import (
+    BigIntegerField,
+    Case,
+    Count,
+    DateTimeField,
+    DecimalField,
+    F,
+    Func,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, Greatest
 
 from billing.models import Rate
 from billing.money import SECONDS_PER_HOUR, amount_due, usage_cost
 from billing.rates import RateBook
 from billing.spend import SpendScope
 from jobs.models import Job, JobEfficiency
+from tenants.models import Project
 
 WORST_JOBS = 10
 
@@ -176,28 +194,122 @@ def _measured_in(scope: SpendScope, month: date) -> QuerySet[JobEfficiency]:
     return found
 
 
-def efficiency_report(*, scope: SpendScope, month: date, worst: int = WORST_JOBS) -> EfficiencyReport:
+def efficiency_report(
+    *, scope: SpendScope, month: date, worst: int = WORST_JOBS, with_jobs: bool = False
+) -> EfficiencyReport:
     """The month's efficiency of the scope's jobs: totals, per project (or per tenant for every tenant's), and the
-    jobs that idled the most GPU-hours."""
-    efficiencies = list(_measured_in(scope, month))
-    rates = RateBook.for_clusters({efficiency.job.cluster_id for efficiency in efficiencies})
-    wastes = [job_waste(job=efficiency.job, efficiency=efficiency, rates=rates) for efficiency in efficiencies]
+    jobs that idled the most GPU-hours; every job too (`jobs`, for the CSV) only `with_jobs`.
+
+    The totals are summed by the database, each job priced there as `job_waste` prices it (the rate in force
+    when it started, its costs rounded to the micro-unit one job at a time): a busy month holds tens of
+    thousands of measured jobs, too many to load for a dashboard (12 s at 1M jobs a year, bench/history.py).
+    tests/billing/test_efficiency.py checks the sums against `job_waste` job by job."""
+    measured = _measured_in(scope, month)
+    grouped_by_tenant = scope.tenant is None and scope.project is None
+    group_field = "job__project__tenant__slug" if grouped_by_tenant else "job__project_id"
     totals = ScopeTotals()
-    by_group: dict[str, ScopeTotals] = defaultdict(ScopeTotals)
-    for waste in wastes:
-        totals.add(waste)
-        project = waste.job.project
-        key = str(project) if scope.tenant is not None or scope.project is not None else project.tenant.slug
-        by_group[key].add(waste)
-    ranked = sorted(wastes, key=lambda waste: (-waste.efficiency.idle_gpu_seconds, str(waste.job.pk)))
+    groups: dict[object, ScopeTotals] = defaultdict(ScopeTotals)
+    for row in _priced(measured).values("currency", group_field).annotate(**_SUMS).order_by():
+        _add_sums(totals, row)
+        _add_sums(groups[row[group_field]], row)
+    if grouped_by_tenant:
+        by_group = {str(key): figures for key, figures in groups.items()}
+    else:
+        projects = Project.objects.select_related("tenant").in_bulk(list(groups))
+        by_group = {str(projects[key]): figures for key, figures in groups.items()}
+    ranked = measured.order_by("-idle_gpu_seconds", "job_id")
+    chosen = list(ranked) if with_jobs else list(ranked.filter(idle_gpu_seconds__gt=0)[:worst]) if worst else []
+    rates = RateBook.for_clusters({efficiency.job.cluster_id for efficiency in chosen})
+    wastes = [job_waste(job=efficiency.job, efficiency=efficiency, rates=rates) for efficiency in chosen]
     return EfficiencyReport(
         scope=scope,
         month=month,
         totals=totals,
         by_group=dict(sorted(by_group.items())),
-        worst=[waste for waste in ranked[:worst] if waste.efficiency.idle_gpu_seconds > 0],
-        jobs=ranked,
+        worst=[waste for waste in wastes[:worst] if waste.efficiency.idle_gpu_seconds > 0],
+        jobs=wastes if with_jobs else [],
     )
+
+
+def _priced(measured: QuerySet[JobEfficiency]) -> QuerySet[JobEfficiency]:
+    """`measured` with each job's price per GPU-hour and currency (RateBook.in_force in SQL: the GPU type's own
+    rate in force when the job started, else the cluster's rate for any type; null: no rate), its GPU-seconds
+    saved by ending it for idling (`_saved_gpu_seconds`) and both costs to the micro-unit (`usage_cost`)."""
+    in_force = (
+        Rate.objects.filter(
+            Q(gpu_type=OuterRef("job__gpu_type")) | Q(gpu_type=""),
+            cluster_id=OuterRef("job__cluster_id"),
+            valid_from__lte=OuterRef("priced_at"),
+        )
+        .annotate(own=Case(When(gpu_type="", then=Value(1)), default=Value(0)))
+        .order_by("own", "-valid_from")
+    )
+    # started_at + time limit - when it ended, in whole seconds (int() of Python's total_seconds()).
+    limit_end = Func(
+        F("job__started_at"),
+        F("job__time_limit_minutes"),
+        template="(%(expressions)s * INTERVAL '1 minute')",
+        arg_joiner=" + ",
+        output_field=DateTimeField(),
+    )
+    left = Func(
+        limit_end,
+        Coalesce("job__ended_at", "ended_at"),
+        template="TRUNC(EXTRACT(EPOCH FROM %(expressions)s))::bigint",
+        arg_joiner=" - ",
+        output_field=BigIntegerField(),
+    )
+    saved = Case(
+        When(
+            ended_at__isnull=False,
+            job__started_at__isnull=False,
+            then=Greatest(left, Value(0)) * F("job__gpus") * F("job__node_count"),
+        ),
+        default=Value(0),
+        output_field=BigIntegerField(),
+    )
+    priced = measured.annotate(priced_at=Coalesce("job__started_at", "job__created_at")).annotate(
+        price=Subquery(in_force.values("price_per_gpu_hour")[:1]),
+        currency=Subquery(in_force.values("currency")[:1]),
+        saved_gpu_seconds=saved,
+    )
+    return priced.annotate(idle_cost=_micro_cost("idle_gpu_seconds"), saved_cost=_micro_cost("saved_gpu_seconds"))
+
+
+def _micro_cost(gpu_seconds: str) -> Func:
+    """GPU-seconds x price per GPU-hour rounded half up to the micro-unit, as billing.money.usage_cost (PostgreSQL's
+    round of a positive numeric rounds half up)."""
+    return Func(
+        F(gpu_seconds) * F("price") / Value(Decimal(SECONDS_PER_HOUR)),
+        Value(6),
+        function="ROUND",
+        output_field=DecimalField(max_digits=30, decimal_places=6),
+    )
+
+
+_SUMS = {
+    "jobs": Count("job_id"),
+    "observed": Sum("observed_gpu_seconds"),
+    "utilisation": Sum("utilisation_percent_seconds"),
+    "idle": Sum("idle_gpu_seconds"),
+    "saved": Sum("saved_gpu_seconds"),
+    "ended": Count("job_id", filter=Q(ended_at__isnull=False)),
+    "idle_costs": Sum("idle_cost"),
+    "saved_costs": Sum("saved_cost"),
+}
+
+
+def _add_sums(totals: ScopeTotals, row: dict[str, Any]) -> None:
+    """Adds one currency's sums (the database's, `_SUMS`) to `totals`, as ScopeTotals.add adds a job's."""
+    totals.jobs += row["jobs"]
+    totals.observed_gpu_seconds += row["observed"] or 0
+    totals.utilisation_percent_seconds += row["utilisation"] or 0.0
+    totals.idle_gpu_seconds += row["idle"] or 0
+    totals.saved_gpu_seconds += row["saved"] or 0
+    totals.ended_for_idling += row["ended"]
+    if row["currency"] is not None:
+        totals.idle_costs[row["currency"]] += row["idle_costs"] or Decimal(0)
+        totals.saved_costs[row["currency"]] += row["saved_costs"] or Decimal(0)
 
 
 CSV_COLUMNS = [

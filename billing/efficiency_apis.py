@@ -75,7 +75,7 @@ def report_data(report: EfficiencyReport) -> dict[str, Any]:
     }
 
 
-def _report(request: Request) -> EfficiencyReport:
+def _report(request: Request, *, with_jobs: bool = False) -> EfficiencyReport:
     given = EfficiencyInput(data=request.query_params)
     given.is_valid(raise_exception=True)
     data = given.validated_data
@@ -83,7 +83,7 @@ def _report(request: Request) -> EfficiencyReport:
         user=request.user, tenant=data.get("tenant"), project=data.get("project"), all_allowed=True
     )
     month = data.get("month") or timezone.now().date().replace(day=1)
-    return efficiency_report(scope=scope, month=month)
+    return efficiency_report(scope=scope, month=month, with_jobs=with_jobs)
 
 
 class EfficiencyReportApi(APIView):
@@ -106,7 +106,7 @@ class EfficiencyCsvApi(APIView):
         responses={200: OpenApiResponse(description="text/csv"), **ERRORS},
     )
     def get(self, request: Request) -> HttpResponse:
-        report = _report(request)
+        report = _report(request, with_jobs=True)
         name = (report.scope.name or "all").replace("/", "-")
         response = HttpResponse(efficiency_csv(report), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="efficiency-{name}-{report.month:%Y-%m}.csv"'

@@ -256,3 +256,89 @@ def test_a_jobs_efficiency_and_idle_cost_for_those_who_see_the_job(world: World)
         "idle_cost": "4.50",
         "ended_for_idling": False,
     }
+
+
+def test_the_database_sums_are_job_waste_summed_job_by_job() -> None:
+    """The report's totals and groups come from the database (a month of a busy cluster is too many jobs to load);
+    they must be exactly what pricing every job with `job_waste` and adding them up gives: rates that change in
+    the month, a GPU type's own rate beside the cluster's, two currencies, a cluster without rates, jobs ended
+    for idling, and idle seconds whose costs round differently one job at a time than summed."""
+    import random
+
+    from billing.efficiency import ScopeTotals, efficiency_report, job_waste
+    from billing.rates import RateBook
+    from billing.spend import SpendScope
+
+    priced, foreign, unpriced = (make_matrix_cluster(name) for name in ("sumeur", "sumusd", "sumfree"))
+    changes = [
+        (priced, "h100", "2.7531", "EUR", datetime(2025, 1, 1, tzinfo=UTC)),
+        (priced, "h100", "3.1007", "EUR", datetime(2025, 3, 12, 13, tzinfo=UTC)),
+        (priced, "", "1.3333", "EUR", datetime(2025, 1, 1, tzinfo=UTC)),
+        (priced, "", "1.7777", "EUR", datetime(2025, 3, 20, tzinfo=UTC)),
+        (foreign, "", "0.9999", "USD", datetime(2025, 3, 5, tzinfo=UTC)),  # jobs before it are unpriced
+    ]
+    for cluster, gpu_type, price, currency, valid_from in changes:
+        rate_create(
+            actor=None,
+            cluster=cluster,
+            gpu_type=gpu_type,
+            price_per_gpu_hour=Decimal(price),
+            currency=currency,
+            valid_from=valid_from,
+        )
+    tenant = make_tenant("sums")
+    projects = [make_project(tenant, slug) for slug in ("one", "two", "three")]
+    user = make_user("summer")
+    chance = random.Random(24)
+    for number in range(120):
+        _measured(
+            chance.choice(projects),
+            chance.choice((priced, priced, foreign, unpriced)),
+            user,
+            name=f"job-{number}",
+            gpus=chance.choice((1, 2, 3, 8)),
+            gpu_type=chance.choice(("h100", "a100", "")),
+            start=_at(chance.randint(1, 30), chance.randint(0, 23)) + timedelta(seconds=chance.randint(0, 3599)),
+            hours=chance.randint(1, 5),
+            idle_gpu_seconds=chance.randint(0, 20_000),
+            mean_percent=chance.randint(0, 100),
+            ended_for_idling=chance.random() < 0.3,
+            time_limit_minutes=chance.choice((None, 300, 600)),
+        )
+
+    for scope in (SpendScope(project=projects[0]), SpendScope(tenant=tenant), SpendScope()):
+        report = efficiency_report(scope=scope, month=datetime(2025, 3, 1).date(), with_jobs=True)
+        efficiencies = JobEfficiency.objects.filter(job__started_at__month=3, job__project__tenant=tenant)
+        if scope.project is not None:
+            efficiencies = efficiencies.filter(job__project=scope.project)
+        rates = RateBook.for_clusters([priced.pk, foreign.pk, unpriced.pk])
+        expected, groups = ScopeTotals(), dict[str, ScopeTotals]()
+        for efficiency in efficiencies.select_related("job__project__tenant"):
+            waste = job_waste(job=efficiency.job, efficiency=efficiency, rates=rates)
+            expected.add(waste)
+            key = str(efficiency.job.project) if scope.tenant or scope.project else tenant.slug
+            groups.setdefault(key, ScopeTotals()).add(waste)
+
+        def figures(totals: ScopeTotals) -> tuple[object, ...]:
+            return (
+                totals.jobs,
+                totals.observed_gpu_seconds,
+                totals.idle_gpu_seconds,
+                totals.saved_gpu_seconds,
+                totals.ended_for_idling,
+                dict(totals.idle_costs),
+                dict(totals.saved_costs),
+                totals.mean_utilisation_percent,
+            )
+
+        assert figures(report.totals) == figures(expected)
+        assert expected.jobs > 20
+        assert set(expected.idle_costs) == {"EUR", "USD"}
+        assert expected.saved_gpu_seconds
+        assert {key: figures(value) for key, value in report.by_group.items()} == {
+            key: figures(value) for key, value in groups.items()
+        }
+        assert [waste.job.pk for waste in report.jobs] == [
+            waste.job.pk
+            for waste in sorted(report.jobs, key=lambda waste: (-waste.efficiency.idle_gpu_seconds, str(waste.job.pk)))
+        ]

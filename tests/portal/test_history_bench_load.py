@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import models
 
 from billing.models import UsageRecord
 from billing.usage import usage_daily_mismatches
-from jobs.models import Job, JobTransition
+from jobs.models import Job, JobEfficiency, JobTransition
 from quotas.models import LedgerEntry
 from quotas.usage import ledger_daily_mismatches
 
@@ -34,6 +35,7 @@ def test_the_history_benchmark_loads_into_the_current_schema(tmp_path: Path, set
     assert JobTransition.objects.count() == 160
     assert LedgerEntry.objects.filter(kind="charge").count() == 40
     assert UsageRecord.objects.count() == 40
+    assert JobEfficiency.objects.filter(idle_gpu_seconds__lte=models.F("observed_gpu_seconds")).count() == 40
     assert usage_daily_mismatches() == []
     assert ledger_daily_mismatches() == []
     assert set(Job.objects.values_list("state", flat=True)) <= {"completed", "failed", "cancelled", "timeout"}
