@@ -12,11 +12,13 @@ from __future__ import annotations
 import csv
 import io
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.db import transaction
 from django.db.models import (
     BigIntegerField,
     Case,
@@ -33,13 +35,14 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models.functions import Coalesce, Greatest, TruncMonth
+from django.utils import timezone
 
-from billing.models import Rate
+from billing.models import EfficiencySum, Rate
 from billing.money import SECONDS_PER_HOUR, amount_due, usage_cost
 from billing.rates import RateBook
 from billing.spend import SpendScope
-from jobs.models import Job, JobEfficiency
+from jobs.models import FINAL_JOB_STATES, Job, JobEfficiency
 from tenants.models import Project
 
 WORST_JOBS = 10
@@ -200,23 +203,28 @@ def efficiency_report(
     """The month's efficiency of the scope's jobs: totals, per project (or per tenant for every tenant's), and the
     jobs that idled the most GPU-hours; every job too (`jobs`, for the CSV) only `with_jobs`.
 
-    The totals are summed by the database, each job priced there as `job_waste` prices it (the rate in force
-    when it started, its costs rounded to the micro-unit one job at a time): a busy month holds tens of
-    thousands of measured jobs, too many to load for a dashboard (12 s at 1M jobs a year, bench/history.py).
-    tests/billing/test_efficiency.py checks the sums against `job_waste` job by job."""
+    A busy month holds tens of thousands of measured jobs, too many to load or even sum for a dashboard (12 s,
+    then 1 s, at 1M jobs a year: bench/history.py). The jobs that are done are read from their month's sums
+    (billing.EfficiencySum, `efficiency_sums_add`); the others (running, just ended: few) are summed live by
+    the database, each priced there as `job_waste` prices it. tests/billing/test_efficiency.py checks both
+    against `job_waste` job by job."""
     measured = _measured_in(scope, month)
     grouped_by_tenant = scope.tenant is None and scope.project is None
-    group_field = "job__project__tenant__slug" if grouped_by_tenant else "job__project_id"
     totals = ScopeTotals()
-    groups: dict[object, ScopeTotals] = defaultdict(ScopeTotals)
-    for row in _priced(measured).values("currency", group_field).annotate(**_SUMS).order_by():
+    groups: dict[int, ScopeTotals] = defaultdict(ScopeTotals)  # per project
+    for row in _priced(measured.filter(summed=False)).values("currency", "job__project_id").annotate(**_SUMS):
+        _add_sums(totals, _summed(row))
+        _add_sums(groups[row["job__project_id"]], _summed(row))
+    for summed in _sums_in(scope, month):
+        row = {field: getattr(summed, field) for field in _SUM_FIELDS} | {"currency": summed.currency or None}
         _add_sums(totals, row)
-        _add_sums(groups[row[group_field]], row)
-    if grouped_by_tenant:
-        by_group = {str(key): figures for key, figures in groups.items()}
-    else:
-        projects = Project.objects.select_related("tenant").in_bulk(list(groups))
-        by_group = {str(projects[key]): figures for key, figures in groups.items()}
+        _add_sums(groups[summed.project_id], row)
+    projects = Project.objects.select_related("tenant").in_bulk(list(groups))
+    by_group: dict[str, ScopeTotals] = defaultdict(ScopeTotals)
+    for project_id, figures in groups.items():
+        project = projects[project_id]
+        key = project.tenant.slug if grouped_by_tenant else str(project)
+        by_group[key] = _merged(by_group[key], figures) if key in by_group else figures
     ranked = measured.order_by("-idle_gpu_seconds", "job_id")
     chosen = list(ranked) if with_jobs else list(ranked.filter(idle_gpu_seconds__gt=0)[:worst]) if worst else []
     rates = RateBook.for_clusters({efficiency.job.cluster_id for efficiency in chosen})
@@ -231,7 +239,112 @@ def efficiency_report(
     )
 
 
-def _priced(measured: QuerySet[JobEfficiency]) -> QuerySet[JobEfficiency]:
+def _sums_in(scope: SpendScope, month: date) -> QuerySet[EfficiencySum]:
+    found = EfficiencySum.objects.filter(month=month)
+    if scope.project is not None:
+        return found.filter(project=scope.project)
+    if scope.tenant is not None:
+        return found.filter(project__tenant=scope.tenant)
+    return found
+
+
+def _merged(first: ScopeTotals, second: ScopeTotals) -> ScopeTotals:
+    """Two projects' figures as one tenant's."""
+    merged = ScopeTotals()
+    for figures in (first, second):
+        row = {
+            "jobs": figures.jobs,
+            "observed_gpu_seconds": figures.observed_gpu_seconds,
+            "utilisation_percent_seconds": figures.utilisation_percent_seconds,
+            "idle_gpu_seconds": figures.idle_gpu_seconds,
+            "saved_gpu_seconds": figures.saved_gpu_seconds,
+            "ended_for_idling": figures.ended_for_idling,
+            "currency": None,
+        }
+        _add_sums(merged, row)
+        for currency, cost in figures.idle_costs.items():
+            merged.idle_costs[currency] += cost
+        for currency, cost in figures.saved_costs.items():
+            merged.saved_costs[currency] += cost
+    return merged
+
+
+# Sums of jobs that are done ---------------------------------------------------------------------------------
+
+# A job is added to its month's sums once it has ended, and neither it nor its efficiency has changed, for this
+# long: the GPU collector's last reading and the sync's last word on its times have landed by then.
+EFFICIENCY_SUMS_SETTLE = timedelta(hours=1)
+EFFICIENCY_SUMS_BATCH = 5000
+
+
+def efficiency_sums_add(*, now: datetime | None = None, batch: int = EFFICIENCY_SUMS_BATCH) -> int:
+    """Adds every settled job not summed yet to its month's EfficiencySum rows, `batch` jobs per transaction
+    (their rows locked, skipping any another worker holds), and marks them summed in the same transaction: each
+    job is added once, whoever runs this and however often. Returns how many jobs were added."""
+    settled_before = (now or timezone.now()) - EFFICIENCY_SUMS_SETTLE
+    added = 0
+    while True:
+        with transaction.atomic():
+            ids = list(
+                JobEfficiency.objects.select_for_update(of=("self",), skip_locked=True)
+                .filter(
+                    summed=False,
+                    updated_at__lt=settled_before,
+                    job__state__in=list(FINAL_JOB_STATES),
+                    job__ended_at__lt=settled_before,
+                    job__updated_at__lt=settled_before,
+                )
+                .order_by()
+                .values_list("job_id", flat=True)[:batch]
+            )
+            if not ids:
+                return added
+            started = JobEfficiency.objects.filter(job_id__in=ids, job__started_at__isnull=False)
+            by_key = (
+                _priced(started)
+                .annotate(month=TruncMonth("job__started_at", tzinfo=UTC))
+                .values("month", "job__project_id", "currency")
+                .annotate(**_SUMS)
+            )
+            for row in by_key:
+                _sum_add(row["month"], row["job__project_id"], _summed(row))
+            JobEfficiency.objects.filter(job_id__in=ids).update(summed=True)
+            added += len(ids)
+
+
+def _sum_add(month: datetime, project_id: int, sums: dict[str, Any]) -> None:
+    key: dict[str, Any] = {"month": month.date(), "project_id": project_id, "currency": sums["currency"] or ""}
+    EfficiencySum.objects.get_or_create(**key)
+    EfficiencySum.objects.filter(**key).update(**{field: F(field) + sums[field] for field in _SUM_FIELDS})
+
+
+def efficiency_sums_mismatches() -> list[str]:
+    """Where the EfficiencySum rows differ from the summed jobs summed again (empty: they agree)."""
+    again: dict[tuple[date, int, str], dict[str, Any]] = {}
+    summed = JobEfficiency.objects.filter(summed=True, job__started_at__isnull=False)
+    by_key = (
+        _priced(summed)
+        .annotate(month=TruncMonth("job__started_at", tzinfo=UTC))
+        .values("month", "job__project_id", "currency")
+        .annotate(**_SUMS)
+    )
+    for row in by_key:
+        sums = _summed(row)
+        again[(row["month"].date(), row["job__project_id"], row["currency"] or "")] = {
+            field: sums[field] for field in _SUM_FIELDS
+        }
+    kept = {
+        (found.month, found.project_id, found.currency): {field: getattr(found, field) for field in _SUM_FIELDS}
+        for found in EfficiencySum.objects.all()
+    }
+    problems = []
+    for key in sorted(set(again) | set(kept), key=str):
+        if again.get(key) != kept.get(key):
+            problems.append(f"{key}: kept {kept.get(key)}, summed again {again.get(key)}")
+    return problems
+
+
+def _priced(measured: QuerySet[JobEfficiency]) -> QuerySet[Any]:  # Any: its annotations are what is read
     """`measured` with each job's price per GPU-hour and currency (RateBook.in_force in SQL: the GPU type's own
     rate in force when the job started, else the cluster's rate for any type; null: no rate), its GPU-seconds
     saved by ending it for idling (`_saved_gpu_seconds`) and both costs to the micro-unit (`usage_cost`)."""
@@ -271,9 +384,11 @@ def _priced(measured: QuerySet[JobEfficiency]) -> QuerySet[JobEfficiency]:
     priced = measured.annotate(priced_at=Coalesce("job__started_at", "job__created_at")).annotate(
         price=Subquery(in_force.values("price_per_gpu_hour")[:1]),
         currency=Subquery(in_force.values("currency")[:1]),
-        saved_gpu_seconds=saved,
+        job_saved_gpu_seconds=saved,
     )
-    return priced.annotate(idle_cost=_micro_cost("idle_gpu_seconds"), saved_cost=_micro_cost("saved_gpu_seconds"))
+    return priced.annotate(
+        job_idle_cost=_micro_cost("idle_gpu_seconds"), job_saved_cost=_micro_cost("job_saved_gpu_seconds")
+    )
 
 
 def _micro_cost(gpu_seconds: str) -> Func:
@@ -287,29 +402,47 @@ def _micro_cost(gpu_seconds: str) -> Func:
     )
 
 
+_SUM_FIELDS = (
+    "jobs",
+    "observed_gpu_seconds",
+    "utilisation_percent_seconds",
+    "idle_gpu_seconds",
+    "saved_gpu_seconds",
+    "ended_for_idling",
+    "idle_cost",
+    "saved_cost",
+)
+# The sums of `_priced` rows, by EfficiencySum's field names with `sum_` before them (Django refuses an
+# aggregate named as a field).
 _SUMS = {
-    "jobs": Count("job_id"),
-    "observed": Sum("observed_gpu_seconds"),
-    "utilisation": Sum("utilisation_percent_seconds"),
-    "idle": Sum("idle_gpu_seconds"),
-    "saved": Sum("saved_gpu_seconds"),
-    "ended": Count("job_id", filter=Q(ended_at__isnull=False)),
-    "idle_costs": Sum("idle_cost"),
-    "saved_costs": Sum("saved_cost"),
+    "sum_jobs": Count("job_id"),
+    "sum_observed_gpu_seconds": Sum("observed_gpu_seconds"),
+    "sum_utilisation_percent_seconds": Sum("utilisation_percent_seconds"),
+    "sum_idle_gpu_seconds": Sum("idle_gpu_seconds"),
+    "sum_saved_gpu_seconds": Sum("job_saved_gpu_seconds"),
+    "sum_ended_for_idling": Count("job_id", filter=Q(ended_at__isnull=False)),
+    "sum_idle_cost": Sum("job_idle_cost"),
+    "sum_saved_cost": Sum("job_saved_cost"),
 }
 
 
+def _summed(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of `_SUMS` by EfficiencySum's field names (None for what summed no row: 0), and its currency."""
+    return {field: row[f"sum_{field}"] or 0 for field in _SUM_FIELDS} | {"currency": row["currency"]}
+
+
 def _add_sums(totals: ScopeTotals, row: dict[str, Any]) -> None:
-    """Adds one currency's sums (the database's, `_SUMS`) to `totals`, as ScopeTotals.add adds a job's."""
+    """Adds one currency's sums (`_SUMS`, or an EfficiencySum's; currency None: unpriced) to `totals`, as
+    ScopeTotals.add adds a job's."""
     totals.jobs += row["jobs"]
-    totals.observed_gpu_seconds += row["observed"] or 0
-    totals.utilisation_percent_seconds += row["utilisation"] or 0.0
-    totals.idle_gpu_seconds += row["idle"] or 0
-    totals.saved_gpu_seconds += row["saved"] or 0
-    totals.ended_for_idling += row["ended"]
+    totals.observed_gpu_seconds += row["observed_gpu_seconds"] or 0
+    totals.utilisation_percent_seconds += row["utilisation_percent_seconds"] or 0.0
+    totals.idle_gpu_seconds += row["idle_gpu_seconds"] or 0
+    totals.saved_gpu_seconds += row["saved_gpu_seconds"] or 0
+    totals.ended_for_idling += row["ended_for_idling"]
     if row["currency"] is not None:
-        totals.idle_costs[row["currency"]] += row["idle_costs"] or Decimal(0)
-        totals.saved_costs[row["currency"]] += row["saved_costs"] or Decimal(0)
+        totals.idle_costs[row["currency"]] += row["idle_cost"]
+        totals.saved_costs[row["currency"]] += row["saved_cost"]
 
 
 CSV_COLUMNS = [

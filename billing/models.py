@@ -307,3 +307,34 @@ class ReconciliationReport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name} {self.period_start:%Y-%m-%d}..{self.period_end:%Y-%m-%d} ({self.state})"
+
+
+class EfficiencySum(models.Model):
+    """The GPU efficiency of a project's jobs started in one month and priced in one currency ("": no rate priced
+    them), summed: what the efficiency report (the dashboard's idle cost, an invoice's page) reads for the jobs
+    that are done, so that a month of tens of thousands of measured jobs is a few rows.
+
+    Kept by billing/efficiency.py `efficiency_sums_add`, which adds each ended job once (JobEfficiency.summed)
+    in the transaction that marks it; never edited otherwise. `efficiency_sums_mismatches` (and its test) checks
+    the rows against the jobs they sum.
+    """
+
+    month = models.DateField()
+    project = models.ForeignKey("tenants.Project", on_delete=models.PROTECT, related_name="+")
+    currency = models.CharField(max_length=3, blank=True)
+    jobs = models.PositiveIntegerField(default=0)
+    observed_gpu_seconds = models.BigIntegerField(default=0)
+    utilisation_percent_seconds = models.FloatField(default=0)
+    idle_gpu_seconds = models.BigIntegerField(default=0)
+    saved_gpu_seconds = models.BigIntegerField(default=0)
+    ended_for_idling = models.PositiveIntegerField(default=0)
+    idle_cost = models.DecimalField(max_digits=20, decimal_places=6, default=Decimal(0))
+    saved_cost = models.DecimalField(max_digits=20, decimal_places=6, default=Decimal(0))
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["month", "project", "currency"], name="efficiency_sum_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.month:%Y-%m} {self.project_id} {self.currency or '-'}: {self.jobs} jobs"

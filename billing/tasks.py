@@ -6,7 +6,7 @@ import logging
 
 from celery import shared_task
 
-from billing import invoices, job_end_notices, reconciliation, usage
+from billing import efficiency, invoices, job_end_notices, reconciliation, usage
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +24,14 @@ def usage_import() -> None:
     told = job_end_notices.pipeline_end_notices_send()
     if told:
         logger.info("told %d watchers that their pipelines ended", told)
+
+
+@shared_task(ignore_result=True, soft_time_limit=540, time_limit=600)
+def efficiency_sums_add() -> None:
+    """Add the jobs that ended and settled since the last run to their month's efficiency sums."""
+    added = efficiency.efficiency_sums_add()
+    if added:
+        logger.info("added %d jobs to the efficiency sums", added)
 
 
 @shared_task(ignore_result=True, soft_time_limit=240, time_limit=300)

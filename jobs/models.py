@@ -307,9 +307,19 @@ class JobEfficiency(models.Model):
     warned_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
+    # Added to its month's billing.EfficiencySum (billing/efficiency.py `efficiency_sums_add`), once the job has
+    # ended and nothing has changed it for a while; until then the efficiency report sums it live.
+    summed = models.BooleanField(default=False, db_default=False)
 
     class Meta:
-        indexes = [models.Index(fields=["flagged_at"], name="job_efficiency_flagged")]
+        indexes = [
+            models.Index(fields=["flagged_at"], name="job_efficiency_flagged"),
+            # What the efficiency report sums live, and what efficiency_sums_add picks up: few rows, however long
+            # the history.
+            models.Index(fields=["job"], condition=models.Q(summed=False), name="job_efficiency_unsummed"),
+            # A month's worst jobs: walked from the idlest, the month and scope checked on the way.
+            models.Index(fields=["-idle_gpu_seconds", "job"], name="job_efficiency_idlest"),
+        ]
 
     def __str__(self) -> str:
         return f"efficiency of {self.job_id}"

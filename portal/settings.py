@@ -241,6 +241,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": GPU_UTILISATION_INTERVAL_SECONDS,
         "options": {"expires": GPU_UTILISATION_INTERVAL_SECONDS},
     },
+    # The efficiency report reads ended jobs from their month's sums and sums the others live: the fewer those,
+    # the cheaper the dashboard (billing/efficiency.py).
+    "sum-job-efficiency": {
+        "task": "billing.tasks.efficiency_sums_add",
+        "schedule": env_int("EFFICIENCY_SUMS_INTERVAL_SECONDS", 600),
+        "options": {"expires": 600},
+    },
     "finalise-invoices": {
         "task": "billing.tasks.invoices_finalise_due",
         "schedule": 3600,

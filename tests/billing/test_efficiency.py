@@ -13,13 +13,23 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db.models import F
 from rest_framework.test import APIClient
 
-from billing.efficiency import job_waste_for
-from billing.rates import rate_create
+from billing.efficiency import (
+    ScopeTotals,
+    efficiency_report,
+    efficiency_sums_add,
+    efficiency_sums_mismatches,
+    job_waste,
+    job_waste_for,
+)
+from billing.models import EfficiencySum
+from billing.rates import RateBook, rate_create
+from billing.spend import SpendScope
 from clusters.models import Cluster
 from jobs.models import Job, JobEfficiency, JobState
-from tenants.models import Project
+from tenants.models import Project, Tenant
 from tests.factories import add_project_member, make_matrix_cluster, make_project, make_tenant, make_user
 
 pytestmark = pytest.mark.django_db
@@ -265,10 +275,6 @@ def test_the_database_sums_are_job_waste_summed_job_by_job() -> None:
     for idling, and idle seconds whose costs round differently one job at a time than summed."""
     import random
 
-    from billing.efficiency import ScopeTotals, efficiency_report, job_waste
-    from billing.rates import RateBook
-    from billing.spend import SpendScope
-
     priced, foreign, unpriced = (make_matrix_cluster(name) for name in ("sumeur", "sumusd", "sumfree"))
     changes = [
         (priced, "h100", "2.7531", "EUR", datetime(2025, 1, 1, tzinfo=UTC)),
@@ -306,39 +312,60 @@ def test_the_database_sums_are_job_waste_summed_job_by_job() -> None:
             time_limit_minutes=chance.choice((None, 300, 600)),
         )
 
-    for scope in (SpendScope(project=projects[0]), SpendScope(tenant=tenant), SpendScope()):
-        report = efficiency_report(scope=scope, month=datetime(2025, 3, 1).date(), with_jobs=True)
-        efficiencies = JobEfficiency.objects.filter(job__started_at__month=3, job__project__tenant=tenant)
-        if scope.project is not None:
-            efficiencies = efficiencies.filter(job__project=scope.project)
-        rates = RateBook.for_clusters([priced.pk, foreign.pk, unpriced.pk])
-        expected, groups = ScopeTotals(), dict[str, ScopeTotals]()
-        for efficiency in efficiencies.select_related("job__project__tenant"):
-            waste = job_waste(job=efficiency.job, efficiency=efficiency, rates=rates)
-            expected.add(waste)
-            key = str(efficiency.job.project) if scope.tenant or scope.project else tenant.slug
-            groups.setdefault(key, ScopeTotals()).add(waste)
+    def check(phase: str) -> None:
+        for scope in (SpendScope(project=projects[0]), SpendScope(tenant=tenant), SpendScope()):
+            _check_report(scope, tenant, [priced, foreign, unpriced], phase)
 
-        def figures(totals: ScopeTotals) -> tuple[object, ...]:
-            return (
-                totals.jobs,
-                totals.observed_gpu_seconds,
-                totals.idle_gpu_seconds,
-                totals.saved_gpu_seconds,
-                totals.ended_for_idling,
-                dict(totals.idle_costs),
-                dict(totals.saved_costs),
-                totals.mean_utilisation_percent,
-            )
+    check("every job summed live")
+    # The jobs ended an hour and more before `now` are added to the sums: about half of them.
+    middle = datetime(2025, 3, 16, tzinfo=UTC)
+    Job.objects.update(updated_at=datetime(2025, 3, 1, tzinfo=UTC))
+    JobEfficiency.objects.update(updated_at=datetime(2025, 3, 1, tzinfo=UTC))
+    added = efficiency_sums_add(now=middle, batch=7)
+    assert 20 < added < 100
+    assert JobEfficiency.objects.filter(summed=False).exists()
+    check("half from the sums, half live")
+    assert efficiency_sums_add(now=middle) == 0  # each job once
+    assert efficiency_sums_add(now=datetime(2025, 5, 1, tzinfo=UTC)) == 120 - added
+    check("every job from the sums")
+    assert efficiency_sums_mismatches() == []
+    EfficiencySum.objects.filter(currency="USD").update(idle_cost=F("idle_cost") + Decimal("0.000001"))
+    assert efficiency_sums_mismatches()
 
-        assert figures(report.totals) == figures(expected)
-        assert expected.jobs > 20
-        assert set(expected.idle_costs) == {"EUR", "USD"}
-        assert expected.saved_gpu_seconds
-        assert {key: figures(value) for key, value in report.by_group.items()} == {
-            key: figures(value) for key, value in groups.items()
-        }
-        assert [waste.job.pk for waste in report.jobs] == [
-            waste.job.pk
-            for waste in sorted(report.jobs, key=lambda waste: (-waste.efficiency.idle_gpu_seconds, str(waste.job.pk)))
-        ]
+
+def _check_report(scope: SpendScope, tenant: Tenant, clusters: list[Cluster], phase: str) -> None:
+    report = efficiency_report(scope=scope, month=datetime(2025, 3, 1).date(), with_jobs=True)
+    efficiencies = JobEfficiency.objects.filter(job__started_at__month=3, job__project__tenant=tenant)
+    if scope.project is not None:
+        efficiencies = efficiencies.filter(job__project=scope.project)
+    rates = RateBook.for_clusters([cluster.pk for cluster in clusters])
+    expected, groups = ScopeTotals(), dict[str, ScopeTotals]()
+    for efficiency in efficiencies.select_related("job__project__tenant"):
+        waste = job_waste(job=efficiency.job, efficiency=efficiency, rates=rates)
+        expected.add(waste)
+        key = str(efficiency.job.project) if scope.tenant or scope.project else tenant.slug
+        groups.setdefault(key, ScopeTotals()).add(waste)
+
+    def figures(totals: ScopeTotals) -> tuple[object, ...]:
+        return (
+            totals.jobs,
+            totals.observed_gpu_seconds,
+            totals.idle_gpu_seconds,
+            totals.saved_gpu_seconds,
+            totals.ended_for_idling,
+            dict(totals.idle_costs),
+            dict(totals.saved_costs),
+            totals.mean_utilisation_percent,
+        )
+
+    assert figures(report.totals) == figures(expected), phase
+    assert expected.jobs > 20
+    assert set(expected.idle_costs) == {"EUR", "USD"}
+    assert expected.saved_gpu_seconds
+    assert {key: figures(value) for key, value in report.by_group.items()} == {
+        key: figures(value) for key, value in groups.items()
+    }
+    assert [waste.job.pk for waste in report.jobs] == [
+        waste.job.pk
+        for waste in sorted(report.jobs, key=lambda waste: (-waste.efficiency.idle_gpu_seconds, str(waste.job.pk)))
+    ]

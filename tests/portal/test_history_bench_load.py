@@ -12,6 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.db import models
 
+from billing.efficiency import efficiency_sums_mismatches
 from billing.models import UsageRecord
 from billing.usage import usage_daily_mismatches
 from jobs.models import Job, JobEfficiency, JobTransition
@@ -37,5 +38,7 @@ def test_the_history_benchmark_loads_into_the_current_schema(tmp_path: Path, set
     assert UsageRecord.objects.count() == 40
     assert JobEfficiency.objects.filter(idle_gpu_seconds__lte=models.F("observed_gpu_seconds")).count() == 40
     assert usage_daily_mismatches() == []
+    assert efficiency_sums_mismatches() == []
+    assert JobEfficiency.objects.filter(summed=True).count() > 30  # those that ended an hour ago and more
     assert ledger_daily_mismatches() == []
     assert set(Job.objects.values_list("state", flat=True)) <= {"completed", "failed", "cancelled", "timeout"}
