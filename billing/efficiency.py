@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -226,7 +227,12 @@ def efficiency_report(
         key = project.tenant.slug if grouped_by_tenant else str(project)
         by_group[key] = _merged(by_group[key], figures) if key in by_group else figures
     ranked = measured.order_by("-idle_gpu_seconds", "job_id")
-    chosen = list(ranked) if with_jobs else list(ranked.filter(idle_gpu_seconds__gt=0)[:worst]) if worst else []
+    if with_jobs:
+        chosen = list(ranked)
+    elif worst > IDLEST_KEPT:
+        chosen = list(ranked.filter(idle_gpu_seconds__gt=0)[:worst])
+    else:
+        chosen = _idlest(scope, month, ranked, worst) if worst else []
     rates = RateBook.for_clusters({efficiency.job.cluster_id for efficiency in chosen})
     wastes = [job_waste(job=efficiency.job, efficiency=efficiency, rates=rates) for efficiency in chosen]
     return EfficiencyReport(
@@ -237,6 +243,17 @@ def efficiency_report(
         worst=[waste for waste in wastes[:worst] if waste.efficiency.idle_gpu_seconds > 0],
         jobs=wastes if with_jobs else [],
     )
+
+
+def _idlest(scope: SpendScope, month: date, ranked: QuerySet[JobEfficiency], worst: int) -> list[JobEfficiency]:
+    """The scope's `worst` idlest jobs of the month: among the idlest of each of its sums and of the jobs not
+    summed yet, not by walking every job of the month."""
+    candidates = [(-idle, job_id) for summed in _sums_in(scope, month) for idle, job_id in summed.idlest]
+    live = ranked.filter(summed=False, idle_gpu_seconds__gt=0).values_list("idle_gpu_seconds", "job_id")[:worst]
+    candidates += [(-idle, str(job_id)) for idle, job_id in live]
+    chosen = [job_id for _, job_id in sorted(candidates)[:worst]]
+    found = ranked.in_bulk(chosen)
+    return sorted(found.values(), key=lambda efficiency: (-efficiency.idle_gpu_seconds, str(efficiency.job_id)))
 
 
 def _sums_in(scope: SpendScope, month: date) -> QuerySet[EfficiencySum]:
@@ -275,15 +292,20 @@ def _merged(first: ScopeTotals, second: ScopeTotals) -> ScopeTotals:
 # long: the GPU collector's last reading and the sync's last word on its times have landed by then.
 EFFICIENCY_SUMS_SETTLE = timedelta(hours=1)
 EFFICIENCY_SUMS_BATCH = 5000
+# How many of its idlest jobs each sum keeps: the most worst jobs a report can find without walking the month.
+IDLEST_KEPT = 10
 
 
-def efficiency_sums_add(*, now: datetime | None = None, batch: int = EFFICIENCY_SUMS_BATCH) -> int:
+def efficiency_sums_add(
+    *, now: datetime | None = None, batch: int = EFFICIENCY_SUMS_BATCH, max_batches: int | None = None
+) -> int:
     """Adds every settled job not summed yet to its month's EfficiencySum rows, `batch` jobs per transaction
     (their rows locked, skipping any another worker holds), and marks them summed in the same transaction: each
-    job is added once, whoever runs this and however often. Returns how many jobs were added."""
+    job is added once, whoever runs this and however often; at most `max_batches` batches. Returns how many
+    jobs were added."""
     settled_before = (now or timezone.now()) - EFFICIENCY_SUMS_SETTLE
     added = 0
-    while True:
+    for _ in itertools.count() if max_batches is None else range(max_batches):
         with transaction.atomic():
             ids = list(
                 JobEfficiency.objects.select_for_update(of=("self",), skip_locked=True)
@@ -294,12 +316,21 @@ def efficiency_sums_add(*, now: datetime | None = None, batch: int = EFFICIENCY_
                     job__ended_at__lt=settled_before,
                     job__updated_at__lt=settled_before,
                 )
-                .order_by()
+                # In the order of the index of the rows not summed yet, each job then found by its key: a hash
+                # join of every job instead took seconds a batch when many were waiting (after the migration).
+                .order_by("job_id")
                 .values_list("job_id", flat=True)[:batch]
             )
             if not ids:
                 return added
             started = JobEfficiency.objects.filter(job_id__in=ids, job__started_at__isnull=False)
+            idlest: dict[tuple[date, int, str], list[tuple[int, str]]] = defaultdict(list)
+            for month, project_id, currency, idle, job_id in (
+                _priced(started.filter(idle_gpu_seconds__gt=0))
+                .annotate(month=TruncMonth("job__started_at", tzinfo=UTC))
+                .values_list("month", "job__project_id", "currency", "idle_gpu_seconds", "job_id")
+            ):
+                idlest[(month.date(), project_id, currency or "")].append((idle, str(job_id)))
             by_key = (
                 _priced(started)
                 .annotate(month=TruncMonth("job__started_at", tzinfo=UTC))
@@ -307,15 +338,27 @@ def efficiency_sums_add(*, now: datetime | None = None, batch: int = EFFICIENCY_
                 .annotate(**_SUMS)
             )
             for row in by_key:
-                _sum_add(row["month"], row["job__project_id"], _summed(row))
+                key = (row["month"].date(), row["job__project_id"], row["currency"] or "")
+                _sum_add(key, _summed(row), idlest[key])
             JobEfficiency.objects.filter(job_id__in=ids).update(summed=True)
             added += len(ids)
+    return added
 
 
-def _sum_add(month: datetime, project_id: int, sums: dict[str, Any]) -> None:
-    key: dict[str, Any] = {"month": month.date(), "project_id": project_id, "currency": sums["currency"] or ""}
-    EfficiencySum.objects.get_or_create(**key)
-    EfficiencySum.objects.filter(**key).update(**{field: F(field) + sums[field] for field in _SUM_FIELDS})
+def _sum_add(key: tuple[date, int, str], sums: dict[str, Any], idlest: list[tuple[int, str]]) -> None:
+    month, project_id, currency = key
+    summed, _ = EfficiencySum.objects.select_for_update().get_or_create(
+        month=month, project_id=project_id, currency=currency
+    )
+    kept = [(idle, job_id) for idle, job_id in summed.idlest] + idlest
+    EfficiencySum.objects.filter(pk=summed.pk).update(
+        **{field: F(field) + sums[field] for field in _SUM_FIELDS},
+        idlest=[[idle, job_id] for idle, job_id in sorted(kept, key=_idlest_first)[:IDLEST_KEPT]],
+    )
+
+
+def _idlest_first(entry: tuple[int, str]) -> tuple[int, str]:
+    return (-entry[0], entry[1])
 
 
 def efficiency_sums_mismatches() -> list[str]:

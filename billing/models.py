@@ -330,6 +330,9 @@ class EfficiencySum(models.Model):
     ended_for_idling = models.PositiveIntegerField(default=0)
     idle_cost = models.DecimalField(max_digits=20, decimal_places=6, default=Decimal(0))
     saved_cost = models.DecimalField(max_digits=20, decimal_places=6, default=Decimal(0))
+    # The idlest of these jobs, idlest first (ties by id), up to billing.efficiency.IDLEST_KEPT: [[idle GPU-seconds,
+    # "job id"], ...], so that a month's worst jobs are found among a few rows' lists.
+    idlest = models.JSONField(default=list)
 
     class Meta:
         constraints = [

@@ -365,6 +365,13 @@ def _check_report(scope: SpendScope, tenant: Tenant, clusters: list[Cluster], ph
     assert {key: figures(value) for key, value in report.by_group.items()} == {
         key: figures(value) for key, value in groups.items()
     }
+    idlest = sorted(
+        (waste for waste in report.jobs if waste.efficiency.idle_gpu_seconds > 0),
+        key=lambda waste: (-waste.efficiency.idle_gpu_seconds, str(waste.job.pk)),
+    )
+    for worst in (1, 5, 10):
+        found = efficiency_report(scope=scope, month=datetime(2025, 3, 1).date(), worst=worst).worst
+        assert [waste.job.pk for waste in found] == [waste.job.pk for waste in idlest[:worst]], phase
     assert [waste.job.pk for waste in report.jobs] == [
         waste.job.pk
         for waste in sorted(report.jobs, key=lambda waste: (-waste.efficiency.idle_gpu_seconds, str(waste.job.pk)))
