@@ -28,8 +28,10 @@ def usage_import() -> None:
 
 @shared_task(ignore_result=True, soft_time_limit=540, time_limit=600)
 def efficiency_sums_add() -> None:
-    """Add the jobs that ended and settled since the last run to their month's efficiency sums."""
-    added = efficiency.efficiency_sums_add()
+    """Add the jobs that ended and settled since the last run to their month's efficiency sums: at most 60 batches
+    of 5,000 (a few minutes while a database upgraded with millions of measured jobs catches up), the rest next
+    time."""
+    added = efficiency.efficiency_sums_add(max_batches=60)
     if added:
         logger.info("added %d jobs to the efficiency sums", added)
 
