@@ -67,6 +67,12 @@ ROUTES: list[tuple[str, str, tuple[str, ...]]] = [
     ("page /billing/", "/billing/", ("alice",)),
     ("page /billing/invoices/<id>/", "/billing/invoices/{invoice_id}/", ("alice",)),
     ("GET /api/v1/invoices/<id>/", "/api/v1/invoices/{invoice_id}/", ("alice",)),
+    ("page /billing/efficiency/", "/billing/efficiency/", ("alice",)),
+    (
+        "GET /api/v1/efficiency/?tenant=acme&month=<last>",
+        "/api/v1/efficiency/?tenant=acme&month={last_month}",
+        ("alice",),
+    ),
     ("GET /api/v1/spend/top/?tenant=acme&by=user", "/api/v1/spend/top/?tenant=acme&by=user", ("alice",)),
     ("GET /api/v1/spend/daily/?tenant=acme", "/api/v1/spend/daily/?tenant=acme", ("alice",)),
     # The spend overview: every tenant's for the portal admin (this month, and a closed month by project), and
