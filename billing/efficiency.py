@@ -331,18 +331,22 @@ def efficiency_sums_add(
                 .values_list("month", "job__project_id", "currency", "idle_gpu_seconds", "job_id")
             ):
                 idlest[(month.date(), project_id, currency or "")].append((idle, str(job_id)))
-            by_key = (
-                _priced(started)
-                .annotate(month=TruncMonth("job__started_at", tzinfo=UTC))
-                .values("month", "job__project_id", "currency")
-                .annotate(**_SUMS)
-            )
-            for row in by_key:
-                key = (row["month"].date(), row["job__project_id"], row["currency"] or "")
-                _sum_add(key, _summed(row), idlest[key])
+            for key, sums in _sums_by_key(started).items():
+                _sum_add(key, sums, idlest[key])
             JobEfficiency.objects.filter(job_id__in=ids).update(summed=True)
             added += len(ids)
     return added
+
+
+def _sums_by_key(efficiencies: QuerySet[JobEfficiency]) -> dict[tuple[date, int, str], dict[str, Any]]:
+    """The jobs' sums per (month they started in, project, currency: "" for none)."""
+    by_key = (
+        _priced(efficiencies)
+        .annotate(month=TruncMonth("job__started_at", tzinfo=UTC))
+        .values("month", "job__project_id", "currency")
+        .annotate(**_SUMS)
+    )
+    return {(row["month"].date(), row["job__project_id"], row["currency"] or ""): _summed(row) for row in by_key}
 
 
 def _sum_add(key: tuple[date, int, str], sums: dict[str, Any], idlest: list[tuple[int, str]]) -> None:
@@ -363,19 +367,8 @@ def _idlest_first(entry: tuple[int, str]) -> tuple[int, str]:
 
 def efficiency_sums_mismatches() -> list[str]:
     """Where the EfficiencySum rows differ from the summed jobs summed again (empty: they agree)."""
-    again: dict[tuple[date, int, str], dict[str, Any]] = {}
-    summed = JobEfficiency.objects.filter(summed=True, job__started_at__isnull=False)
-    by_key = (
-        _priced(summed)
-        .annotate(month=TruncMonth("job__started_at", tzinfo=UTC))
-        .values("month", "job__project_id", "currency")
-        .annotate(**_SUMS)
-    )
-    for row in by_key:
-        sums = _summed(row)
-        again[(row["month"].date(), row["job__project_id"], row["currency"] or "")] = {
-            field: sums[field] for field in _SUM_FIELDS
-        }
+    summed = _sums_by_key(JobEfficiency.objects.filter(summed=True, job__started_at__isnull=False))
+    again = {key: {field: sums[field] for field in _SUM_FIELDS} for key, sums in summed.items()}
     kept = {
         (found.month, found.project_id, found.currency): {field: getattr(found, field) for field in _SUM_FIELDS}
         for found in EfficiencySum.objects.all()

@@ -91,37 +91,26 @@ def test_the_windowed_pages_are_the_plain_pages(ages: list[float]) -> None:
     assert sum(len(page) for page in _walk(windowed)[0]) == len(ages)
 
 
-def test_a_page_is_found_in_the_shortest_span_that_holds_it() -> None:
-    _jobs([i / 10 for i in range(30)] + [100 + i for i in range(10)], "sweep")
-    recent = windowed_keyset_page(
+def _first_page() -> WindowedPage[Job]:
+    return windowed_keyset_page(
         _searched(),  # type: ignore[arg-type]
         cursor=None,
         size=10,
         window=job_list_window,
         span=JOB_SEARCH_SPAN,
     )
-    assert isinstance(recent, WindowedPage)
-    assert recent.span == JOB_SEARCH_SPAN
+
+
+def test_a_page_is_found_in_the_shortest_span_that_holds_it() -> None:
+    _jobs([i / 10 for i in range(30)] + [100 + i for i in range(10)], "sweep")
+    assert _first_page().span == JOB_SEARCH_SPAN
     # Three matches in the first week: a page needs a span of 2 * 11 / 3 weeks, rounded up to whole weeks.
     Job.objects.filter(name="sweep").delete()
     _jobs([1.0, 2.0, 3.0] + [8.0 + i / 2 for i in range(30)], "sweep")
-    wider = windowed_keyset_page(
-        _searched(),  # type: ignore[arg-type]
-        cursor=None,
-        size=10,
-        window=job_list_window,
-        span=JOB_SEARCH_SPAN,
-    )
-    assert wider.span == JOB_SEARCH_SPAN * 8
+    assert _first_page().span == JOB_SEARCH_SPAN * 8
     # None in the first week, or so few that the next span would be half a year: the whole list.
     Job.objects.filter(name="sweep").delete()
     _jobs([300.0 + i for i in range(30)], "sweep")
-    whole = windowed_keyset_page(
-        _searched(),  # type: ignore[arg-type]
-        cursor=None,
-        size=10,
-        window=job_list_window,
-        span=JOB_SEARCH_SPAN,
-    )
+    whole = _first_page()
     assert whole.span is None
     assert len(whole.rows) == 10
