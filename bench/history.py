@@ -472,13 +472,13 @@ def _history_insert(*, jobs: int) -> str:
 def _after_load(*, jobs: int) -> str:
     """The daily sums the portal keeps as charges land, computed once from the bulk-loaded rows, in batches as
     `manage.py daily_sums_rebuild` and the migrations that add them do."""
-    from billing.efficiency import efficiency_sums_add
+    from billing.efficiency import efficiency_sums_rebuild
     from billing.usage import usage_daily_rebuild
     from quotas.usage import ledger_daily_rebuild
 
     usage, ledger = usage_daily_rebuild(), ledger_daily_rebuild()
     started = time.perf_counter()
-    summed = efficiency_sums_add()  # as beat's efficiency_sums_add does as jobs settle
+    summed = efficiency_sums_rebuild()  # what beat's efficiency_sums_add does as jobs settle, at once
     return (
         f"daily sums rebuilt: usage {usage.seconds:.1f} s in {usage.batches} batches (longest "
         f"{usage.longest_batch_seconds * 1000:.0f} ms), ledger {ledger.seconds:.1f} s in {ledger.batches} batches "

@@ -21,6 +21,7 @@ from billing.efficiency import (
     efficiency_report,
     efficiency_sums_add,
     efficiency_sums_mismatches,
+    efficiency_sums_rebuild,
     job_waste,
     job_waste_for,
 )
@@ -331,6 +332,13 @@ def test_the_database_sums_are_job_waste_summed_job_by_job() -> None:
     assert efficiency_sums_mismatches() == []
     EfficiencySum.objects.filter(currency="USD").update(idle_cost=F("idle_cost") + Decimal("0.000001"))
     assert efficiency_sums_mismatches()
+    # A rebuild makes every sum again, idlest lists included, from the jobs settled then.
+    EfficiencySum.objects.update(idlest=[])
+    assert efficiency_sums_rebuild(now=middle) == added
+    assert efficiency_sums_mismatches() == []
+    check("rebuilt: half from the sums, half live")
+    assert efficiency_sums_rebuild(now=datetime(2025, 5, 1, tzinfo=UTC)) == 120
+    check("rebuilt: every job from the sums")
 
 
 def _check_report(scope: SpendScope, tenant: Tenant, clusters: list[Cluster], phase: str) -> None:
