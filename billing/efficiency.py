@@ -401,7 +401,7 @@ def _sums_by_key(efficiencies: QuerySet[JobEfficiency]) -> dict[tuple[date, int,
 
 def _sum_add(key: tuple[date, int, str], sums: dict[str, Any], idlest: list[tuple[int, str]]) -> None:
     month, project_id, currency = key
-    summed, _ = EfficiencySum.objects.select_for_update().get_or_create(
+    summed, _ = EfficiencySum.objects.select_for_update(of=("self",)).get_or_create(
         month=month, project_id=project_id, currency=currency
     )
     kept = [(idle, job_id) for idle, job_id in summed.idlest] + idlest
