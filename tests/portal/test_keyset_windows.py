@@ -78,27 +78,22 @@ def test_the_windowed_pages_are_the_plain_pages(ages: list[float]) -> None:
     def plain(cursor: str | None) -> KeysetPage[Job]:
         return keyset_page(_searched(), cursor=cursor, size=10)  # type: ignore[arg-type]
 
-    def windowed(cursor: str | None) -> KeysetPage[Job]:
-        return windowed_keyset_page(
-            _searched(),  # type: ignore[arg-type]
-            cursor=cursor,
-            size=10,
-            window=job_list_window,
-            span=JOB_SEARCH_SPAN,
-        )
-
-    assert _walk(windowed) == _walk(plain)
-    assert sum(len(page) for page in _walk(windowed)[0]) == len(ages)
+    assert _walk(_windowed) == _walk(plain)
+    assert sum(len(page) for page in _walk(_windowed)[0]) == len(ages)
 
 
-def _first_page() -> WindowedPage[Job]:
+def _windowed(cursor: str | None) -> WindowedPage[Job]:
     return windowed_keyset_page(
         _searched(),  # type: ignore[arg-type]
-        cursor=None,
+        cursor=cursor,
         size=10,
         window=job_list_window,
         span=JOB_SEARCH_SPAN,
     )
+
+
+def _first_page() -> WindowedPage[Job]:
+    return _windowed(None)
 
 
 def test_a_page_is_found_in_the_shortest_span_that_holds_it() -> None:
