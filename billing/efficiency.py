@@ -212,21 +212,18 @@ def efficiency_report(
     against `job_waste` job by job."""
     measured = _measured_in(scope, month)
     grouped_by_tenant = scope.tenant is None and scope.project is None
+    live = _priced(measured.filter(summed=False)).values("currency", "job__project_id").annotate(**_SUMS)
+    sums = [(row["job__project_id"], _summed(row)) for row in live]
+    sums += [
+        (found.project_id, _sums_of(found) | {"currency": found.currency or None}) for found in _sums_in(scope, month)
+    ]
+    projects = Project.objects.select_related("tenant").in_bulk({project_id for project_id, _ in sums})
     totals = ScopeTotals()
-    groups: dict[int, ScopeTotals] = defaultdict(ScopeTotals)  # per project
-    for row in _priced(measured.filter(summed=False)).values("currency", "job__project_id").annotate(**_SUMS):
-        _add_sums(totals, _summed(row))
-        _add_sums(groups[row["job__project_id"]], _summed(row))
-    for summed in _sums_in(scope, month):
-        row = {field: getattr(summed, field) for field in _SUM_FIELDS} | {"currency": summed.currency or None}
-        _add_sums(totals, row)
-        _add_sums(groups[summed.project_id], row)
-    projects = Project.objects.select_related("tenant").in_bulk(list(groups))
     by_group: dict[str, ScopeTotals] = defaultdict(ScopeTotals)
-    for project_id, figures in groups.items():
+    for project_id, row in sums:
         project = projects[project_id]
-        key = project.tenant.slug if grouped_by_tenant else str(project)
-        by_group[key] = _merged(by_group[key], figures) if key in by_group else figures
+        _add_sums(totals, row)
+        _add_sums(by_group[project.tenant.slug if grouped_by_tenant else str(project)], row)
     ranked = measured.order_by("-idle_gpu_seconds", "job_id")
     if with_jobs:
         chosen = list(ranked)
@@ -264,27 +261,6 @@ def _sums_in(scope: SpendScope, month: date) -> QuerySet[EfficiencySum]:
     if scope.tenant is not None:
         return found.filter(project__tenant=scope.tenant)
     return found
-
-
-def _merged(first: ScopeTotals, second: ScopeTotals) -> ScopeTotals:
-    """Two projects' figures as one tenant's."""
-    merged = ScopeTotals()
-    for figures in (first, second):
-        row = {
-            "jobs": figures.jobs,
-            "observed_gpu_seconds": figures.observed_gpu_seconds,
-            "utilisation_percent_seconds": figures.utilisation_percent_seconds,
-            "idle_gpu_seconds": figures.idle_gpu_seconds,
-            "saved_gpu_seconds": figures.saved_gpu_seconds,
-            "ended_for_idling": figures.ended_for_idling,
-            "currency": None,
-        }
-        _add_sums(merged, row)
-        for currency, cost in figures.idle_costs.items():
-            merged.idle_costs[currency] += cost
-        for currency, cost in figures.saved_costs.items():
-            merged.saved_costs[currency] += cost
-    return merged
 
 
 # Sums of jobs that are done ---------------------------------------------------------------------------------
@@ -418,10 +394,7 @@ def efficiency_sums_mismatches() -> list[str]:
     """Where the EfficiencySum rows differ from the summed jobs summed again (empty: they agree)."""
     summed = _sums_by_key(JobEfficiency.objects.filter(summed=True, job__started_at__isnull=False))
     again = {key: {field: sums[field] for field in _SUM_FIELDS} for key, sums in summed.items()}
-    kept = {
-        (found.month, found.project_id, found.currency): {field: getattr(found, field) for field in _SUM_FIELDS}
-        for found in EfficiencySum.objects.all()
-    }
+    kept = {(found.month, found.project_id, found.currency): _sums_of(found) for found in EfficiencySum.objects.all()}
     problems = []
     for key in sorted(set(again) | set(kept), key=str):
         if again.get(key) != kept.get(key):
@@ -511,6 +484,10 @@ _SUMS = {
 }
 
 
+def _sums_of(found: EfficiencySum) -> dict[str, Any]:
+    return {field: getattr(found, field) for field in _SUM_FIELDS}
+
+
 def _summed(row: Mapping[str, Any]) -> dict[str, Any]:
     """A row of `_SUMS` by EfficiencySum's field names (None for what summed no row: 0), and its currency."""
     return {field: row[f"sum_{field}"] or 0 for field in _SUM_FIELDS} | {"currency": row["currency"]}
@@ -520,10 +497,10 @@ def _add_sums(totals: ScopeTotals, row: dict[str, Any]) -> None:
     """Adds one currency's sums (`_SUMS`, or an EfficiencySum's; currency None: unpriced) to `totals`, as
     ScopeTotals.add adds a job's."""
     totals.jobs += row["jobs"]
-    totals.observed_gpu_seconds += row["observed_gpu_seconds"] or 0
-    totals.utilisation_percent_seconds += row["utilisation_percent_seconds"] or 0.0
-    totals.idle_gpu_seconds += row["idle_gpu_seconds"] or 0
-    totals.saved_gpu_seconds += row["saved_gpu_seconds"] or 0
+    totals.observed_gpu_seconds += row["observed_gpu_seconds"]
+    totals.utilisation_percent_seconds += row["utilisation_percent_seconds"]
+    totals.idle_gpu_seconds += row["idle_gpu_seconds"]
+    totals.saved_gpu_seconds += row["saved_gpu_seconds"]
     totals.ended_for_idling += row["ended_for_idling"]
     if row["currency"] is not None:
         totals.idle_costs[row["currency"]] += row["idle_cost"]
