@@ -1,0 +1,52 @@
+"""What Slurm 26.05 answered about a job on a real NVIDIA H200 with NVML autodetection (recorded by
+scripts/gpu-slurm-check.sh on a lent machine, tests/data/nvidia-h200/slurm-26.05-nvml/): the codecs read the
+GPU usage Slurm's accounting recorded (gres/gpuutil, gres/gpumem), the device index the job held and the node's
+GPUs from real replies, not from replies with entries added by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from clusters.slurm.codecs import codec_for
+from clusters.slurm.types import JobState, NodeState
+
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "nvidia-h200" / "slurm-26.05-nvml"
+API_VERSION = "0.0.45"
+
+
+def _reply(name: str) -> dict[str, Any]:
+    return json.loads((RECORDED / name).read_text())
+
+
+def test_accounting_of_a_job_on_a_real_gpu_carries_slurms_gpu_usage() -> None:
+    # The batch step's TRES usage as slurmdbd stored it: gres/gpuutil 100 (%), gres/gpumem 5,211,422,720 bytes
+    # (4,970 MiB: the 4 GiB the job held plus CUDA's context; nvidia-smi read 4,979 MiB).
+    (record,) = codec_for(API_VERSION).decode_accounting_jobs(_reply("slurmdb-job.json"))
+
+    assert (record.job_id, record.state, record.gpus_allocated) == (1, JobState.COMPLETED, 1)
+    assert record.gpu_utilisation_percent == 100.0
+    assert record.gpu_memory_peak_bytes == 5_211_422_720
+
+
+def test_a_running_job_holds_the_gpu_nvml_found_at_index_0() -> None:
+    (job,) = codec_for(API_VERSION).decode_jobs(_reply("job.json")).jobs
+
+    assert job.state == JobState.RUNNING
+    assert job.gpu_indices == (("gpunode", (0,)),)
+
+
+def test_the_node_reports_the_autodetected_gpu_in_use() -> None:
+    # slurm.conf said Gres=gpu:1 without a type: NVML named the device nvidia_h200, which matches no configured
+    # type, so Slurm kept the GPU untyped (slurmd.log: "Setting system GRES type to NULL").
+    (node,) = codec_for(API_VERSION).decode_nodes(_reply("nodes.json"))
+
+    assert (node.name, node.state, node.gpu_type, node.gpus_total, node.gpus_used) == (
+        "gpunode",
+        NodeState.MIXED,
+        None,
+        1,
+        1,
+    )
+    assert "Setting system GRES type to NULL" in (RECORDED / "slurmd.log").read_text()
