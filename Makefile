@@ -24,7 +24,7 @@ demo: cluster database seed oidc portal prometheus ## Everything, with demo data
 	@echo "  Stop everything with: make stop"
 
 test: lint cluster database browser oidc-install ## The whole suite against the real local cluster, PostgreSQL and Redis
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@bash scripts/test.sh $(PYTEST_ARGS)
 
 venv: ## .venv with exactly the versions in requirements.lock
 	@bash scripts/bootstrap.sh

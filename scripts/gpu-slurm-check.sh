@@ -5,8 +5,9 @@
 # gres/gpumem (`sstat` while a torch job loads the GPU) and slurmrestd's JSON for that job and the node.
 #
 # Slurm is Debian sid's (26.05, slurm-wlm-nvml-plugin from contrib) in a chroot packed as .gpucheck/root.tar.xz
-# (built off-line with debootstrap; no network needed here). The device's own libnvidia-ml is copied into the
-# chroot (NVML must match the kernel driver); the job runs torch on the device's own root through /host.
+# (built beforehand by scripts/gpu-slurm-pack.sh where the Debian mirror answers; no network needed here). The
+# device's own libnvidia-ml is copied into the chroot (NVML must match the kernel driver); the job runs torch on
+# the device's own root through /host.
 # Slurm refuses GRES TRES without slurmdbd, so slurmdbd runs too, on a MariaDB in the chroot (127.0.0.1 only).
 # One node, one run, everything in a private mount namespace, cleaned up at the end. Writes 8 files: report.txt,
 # job.json, job-after.json (slurmrestd /slurm/.../job while running and after), slurmdb-job.json (/slurmdb/.../job),

@@ -7,6 +7,7 @@ could not be built on this machine is skipped with the reason `cluster.sh` recor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.slurmdb_lock import slurmdbd_turn
 
 REGISTRY_DIR = Path(os.environ.get("GPUPORTAL_CLUSTER_REGISTRY", "/var/lib/gpuportal/clusters"))
 # The order the suite runs them in: oldest generation first.
@@ -53,7 +56,8 @@ class LiveCluster:
     def slurm_command(self, *args: str) -> str:
         """Run a Slurm command (sacctmgr, scontrol) on this cluster as root, as its admin would; its output."""
         command = ["chroot", self.chroot, *args] if self.chroot else list(args)
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+        with slurmdbd_turn() if args[0] == "sacctmgr" else contextlib.nullcontext():
+            completed = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
         if completed.returncode != 0:
             raise AssertionError(f"{' '.join(command)} failed: {completed.stderr or completed.stdout}")
         return completed.stdout

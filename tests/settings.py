@@ -49,3 +49,8 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {"login": "100000/min", "token_guess": "100000/min"},
 }
 LOGIN_ACCOUNT_FREE_FAILURES = 100000
+
+# Several test processes run at once (scripts/test.sh): their requests to slurmdbd take turns (tests/slurmdb_lock.py).
+from tests.slurmdb_lock import install as _slurmdbd_requests_take_turns  # noqa: E402
+
+_slurmdbd_requests_take_turns()

@@ -219,6 +219,7 @@ def test_an_expired_token_is_an_auth_error(slurm_client: SlurmClient) -> None:
 
 
 @pytest.mark.cluster
+@pytest.mark.disrupts_clusters
 def test_with_slurmrestd_stopped_calls_fail_as_retryable_within_the_timeout(slurm_client: SlurmClient) -> None:
     subprocess.run(["bash", str(PROJECT_ROOT / "scripts/cluster.sh"), "stop", "slurmrestd"], check=True)
     try:

@@ -17,7 +17,8 @@ API_VERSION = "0.0.45"
 
 
 def _reply(name: str) -> dict[str, Any]:
-    return json.loads((RECORDED / name).read_text())
+    reply: dict[str, Any] = json.loads((RECORDED / name).read_text())
+    return reply
 
 
 def test_accounting_of_a_job_on_a_real_gpu_carries_slurms_gpu_usage() -> None:

@@ -49,7 +49,7 @@ from tests.conftest import wait_until
 from tests.factories import add_project_member, grant_allocation, make_project, make_tenant, make_user, unique_slug
 from tests.processes import portal_environment
 
-pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.cluster, pytest.mark.disrupts_clusters, pytest.mark.django_db(transaction=True)]
 
 REPOSITORY = Path(settings.BASE_DIR)
 SLURMRESTD_PID_FILE = Path("/run/slurm/slurmrestd.pid")  # where scripts/cluster.sh keeps it

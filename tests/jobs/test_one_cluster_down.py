@@ -19,7 +19,7 @@ from jobs.models import Job, JobState
 from tests.jobs.conftest import LiveProject, _live_project, registered_cluster
 from tests.live_clusters import LiveCluster, live_clusters
 
-pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.cluster, pytest.mark.disrupts_clusters, pytest.mark.django_db(transaction=True)]
 
 SCRIPTS = Path(settings.BASE_DIR) / "scripts"
 
