@@ -294,13 +294,15 @@ def efficiency_sums_add(
                 .values_list("job_id", flat=True)[:batch]
             )
             if not ids:
-                return added
+                break
             started = JobEfficiency.objects.filter(job_id__in=ids, job__started_at__isnull=False)
             idlest = _idlest_by_key(started)
             for key, sums in _sums_by_key(started).items():
                 _sum_add(key, sums, idlest[key])
             JobEfficiency.objects.filter(job_id__in=ids).update(summed=True)
             added += len(ids)
+    if added >= STATISTICS_REFRESH_ROWS:
+        _statistics_refresh()
     return added
 
 
@@ -327,7 +329,21 @@ def efficiency_sums_rebuild(*, now: datetime | None = None) -> int:
             )
             for (month, project_id, currency), sums in _sums_by_key(started).items()
         )
-        return JobEfficiency.objects.filter(summed=True).count()
+        summed = JobEfficiency.objects.filter(summed=True).count()
+    _statistics_refresh()
+    return summed
+
+
+# Marking many jobs summed at once (a rebuild, or the runs that catch up after an upgrade) leaves PostgreSQL's
+# statistics saying they are not: until autovacuum analyzes the table (minutes at a site; never where it is off) the
+# planner reads a month's unsummed jobs through the idlest-first index, row by row, and the efficiency report
+# took 2.6 s at 1M jobs instead of 50 ms. So such a run analyzes the table itself (about 0.2 s at 1M rows).
+STATISTICS_REFRESH_ROWS = 50_000
+
+
+def _statistics_refresh() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {JobEfficiency._meta.db_table}")
 
 
 def _settled(before: datetime) -> Q:

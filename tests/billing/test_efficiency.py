@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.db.models import F
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from billing.efficiency import (
@@ -384,3 +385,52 @@ def _check_report(scope: SpendScope, tenant: Tenant, clusters: list[Cluster], ph
         waste.job.pk
         for waste in sorted(report.jobs, key=lambda waste: (-waste.efficiency.idle_gpu_seconds, str(waste.job.pk)))
     ]
+
+
+def _planner_believes_summed() -> str:
+    """What PostgreSQL's statistics (the last ANALYZE) say the summed column mostly holds."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT most_common_vals::text FROM pg_stats WHERE tablename = 'jobs_jobefficiency' AND attname = 'summed'"
+        )
+        row = cursor.fetchone()
+    return row[0] if row else ""
+
+
+def test_marking_many_jobs_summed_leaves_the_planners_statistics_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rebuild, or an add run that marks many jobs summed (catching up after an upgrade), analyzes the table:
+    with statistics that still said "not summed" the report read a month's jobs through the wrong index (2.6 s at
+    1M jobs, where autovacuum had not passed yet)."""
+    from django.db import connection
+
+    from billing import efficiency
+
+    cluster, project, user = make_matrix_cluster("stats"), make_project(make_tenant("stats"), "one"), make_user("st")
+    for number in range(6):
+        _measured(
+            project, cluster, user, name=f"s{number}", gpus=1, gpu_type="h100", start=_at(2, number),
+            hours=1, idle_gpu_seconds=60, mean_percent=5,
+        )  # fmt: skip
+    settled = timezone.now() + timedelta(days=1)  # every job ended and unchanged for more than the hour it waits
+
+    def analyzed_unsummed() -> None:
+        JobEfficiency.objects.update(summed=False)
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE jobs_jobefficiency")
+        assert _planner_believes_summed() == "{f}"
+
+    analyzed_unsummed()
+    assert efficiency_sums_rebuild(now=settled) == 6
+    assert _planner_believes_summed() == "{t}"
+
+    analyzed_unsummed()
+    assert efficiency_sums_add(now=settled) == 6  # fewer than STATISTICS_REFRESH_ROWS: autovacuum's business
+    assert _planner_believes_summed() == "{f}"
+
+    analyzed_unsummed()
+    monkeypatch.setattr(efficiency, "STATISTICS_REFRESH_ROWS", 5)
+    EfficiencySum.objects.all().delete()
+    assert efficiency_sums_add(now=settled) == 6
+    assert _planner_believes_summed() == "{t}"
