@@ -12,7 +12,8 @@ Then every route of the history (job lists in the browser and the API, filtered 
 dashboard, a project page, spend, usage and burn-down, billing and an invoice) is requested through Django's test
 client, signed in as alice (acme's tenant admin: 70% of the jobs are acme's) and as bob (a member of acme/vision:
 45%), and the spend overview of every tenant as admin (a portal admin); each route's p50/p95 in ms and its SQL
-queries per request are printed, the sizes side by side.
+queries per request are printed, the sizes side by side. The sizes take turns (ROUNDS rounds, each timing every
+route once per size, alternating which goes first), so that both are measured under the same load of the machine.
 
 Usage: python bench/history.py [--jobs 10000,1000000] [--requests 20] [--reuse] [--routes search]
 Run it under `flock -w 900 /tmp/gpuportal-live.lock` (README, "Benchmarks").
@@ -35,6 +36,9 @@ from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_PREFIX = "HISTORY-RESULT "
+# The parent's words to a child, and the child's answers (one line each).
+READY, ROUND, ROUND_DONE, END = "HISTORY-READY", "HISTORY-ROUND", "HISTORY-ROUND-DONE", "HISTORY-END"
+ROUNDS = 4  # the timed requests of each route are split into this many turns per size
 # The routes, in the order printed: (label, path or a placeholder filled from the data, the users asking).
 ROUTES: list[tuple[str, str, tuple[str, ...]]] = [
     ("page /jobs/", "/jobs/", ("alice", "bob")),
@@ -110,29 +114,58 @@ def main() -> None:
     arguments = parser.parse_args()
     sizes = [int(size) for size in arguments.jobs.split(",")]
     if arguments.child:
-        child(jobs=sizes[0], requests=arguments.requests, reuse=arguments.reuse, routes=arguments.routes)
+        child(jobs=sizes[0], reuse=arguments.reuse, routes=arguments.routes)
         return
 
     print(f"bench/history.py: the history routes with {', '.join(f'{size:,}' for size in sizes)} finished jobs")
-    results: dict[int, dict[str, Any]] = {}
+    # Each size has its own child process (Django on its own database). They load one after the other, then
+    # take turns: each round times every route once per size, alternating which size goes first, so both see the
+    # machine as it was at the same moments (a run of one size after the other measured whatever else the
+    # machine did in each half).
+    children: dict[int, subprocess.Popen[str]] = {}
     for size in sizes:
         url = database_url_for(size)
         redis_base = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0]
         environment = {**os.environ, "BENCH_DATABASE_URL": url, "BENCH_REDIS_BASE": redis_base}
-        command = [sys.executable, __file__, "--child", "--jobs", str(size), "--requests", str(arguments.requests)]
+        command = [sys.executable, __file__, "--child", "--jobs", str(size)]
         if arguments.reuse:
             command.append("--reuse")
         if arguments.routes:
             command += ["--routes", arguments.routes]
-        completed = subprocess.run(command, env=environment, stdout=subprocess.PIPE, text=True, check=False)
-        for line in completed.stdout.splitlines():
-            if line.startswith(RESULT_PREFIX):
-                results[size] = json.loads(line[len(RESULT_PREFIX) :])
-            else:
-                print(line)
-        if completed.returncode != 0:
-            sys.exit(f"the {size:,} jobs run failed ({completed.returncode})")
+        children[size] = subprocess.Popen(
+            command, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        _relay_until(children[size], READY, size)
+    rounds = max(1, min(ROUNDS, arguments.requests))
+    for number in range(rounds):
+        requests = arguments.requests // rounds + (1 if number < arguments.requests % rounds else 0)
+        for size in sizes if number % 2 == 0 else reversed(sizes):
+            _command(children[size], f"{ROUND} {requests}")
+            _relay_until(children[size], ROUND_DONE, size)
+            print(f"  {size_label(size)}: round {number + 1} of {rounds} timed ({requests} per route)", flush=True)
+    results: dict[int, dict[str, Any]] = {}
+    for size, process in children.items():
+        _command(process, END)
+        results[size] = json.loads(_relay_until(process, RESULT_PREFIX, size)[len(RESULT_PREFIX) :])
+        if process.wait() != 0:
+            sys.exit(f"the {size:,} jobs run failed ({process.returncode})")
     table_print(sizes, results)
+
+
+def _command(process: subprocess.Popen[str], line: str) -> None:
+    assert process.stdin is not None
+    process.stdin.write(line + "\n")
+    process.stdin.flush()
+
+
+def _relay_until(process: subprocess.Popen[str], marker: str, size: int) -> str:
+    """Print the child's lines until one starts with `marker`; that line."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith(marker):
+            return line.rstrip("\n")
+        print(line, end="", flush=True)
+    sys.exit(f"the {size:,} jobs run ended early ({process.wait()})")
 
 
 def table_print(sizes: list[int], results: dict[int, dict[str, Any]]) -> None:
@@ -193,7 +226,7 @@ def sizes_print(jobs: int, info: dict[str, Any]) -> None:
 # Child: load (or migrate) one database, then time the routes. ----------------------------------------------
 
 
-def child(*, jobs: int, requests: int, reuse: bool, routes: str = "") -> None:
+def child(*, jobs: int, reuse: bool, routes: str = "") -> None:
     import portal_stack as stack  # sets Django up on BENCH_DATABASE_URL
     from django.core.management import call_command
 
@@ -210,9 +243,19 @@ def child(*, jobs: int, requests: int, reuse: bool, routes: str = "") -> None:
     else:
         note = _load(stack, jobs=jobs)
     print(f"  {size_label(jobs)}: {note}", flush=True)
-    load_before = os.getloadavg()[0]
-    figures = _measure(requests=requests, only=routes)
-    load = f"load average {load_before:.1f} before the routes, {os.getloadavg()[0]:.1f} after"
+    print(READY, flush=True)
+    timer = RouteTimer(only=routes)
+    load_before = None
+    for line in sys.stdin:
+        word, _, argument = line.strip().partition(" ")
+        if word == ROUND:
+            load_before = os.getloadavg()[0] if load_before is None else load_before
+            timer.round(requests=int(argument))
+            print(ROUND_DONE, flush=True)
+        elif word == END:
+            break
+    figures = timer.figures()
+    load = f"load average {load_before or 0:.1f} before the routes, {os.getloadavg()[0]:.1f} after"
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -536,69 +579,85 @@ def _page_deep(client: Any, path: str, pages: int) -> str:
     return url
 
 
-def _measure(*, requests: int, only: str = "") -> dict[str, dict[str, Any]]:
-    import portal_stack as stack
-    from django.contrib.auth import get_user_model
-    from django.db import connection
-    from django.test import Client
-    from django.test.utils import CaptureQueriesContext
+class RouteTimer:
+    """Every route as alice, bob and admin (Django's test client, signed in), timed in rounds: each `round` adds
+    `requests` timings per route (after a few unmeasured ones in the first), `figures` gives p50/p95 of them all."""
 
-    from billing.models import Invoice
-    from jobs.models import Job
-    from quotas.models import Allocation
+    def __init__(self, *, only: str = "") -> None:
+        from datetime import timedelta
 
-    vision_job = Job.objects.filter(project__slug="vision").order_by("-created_at").first()
-    allocation = Allocation.objects.filter(project__slug="vision", cluster__name="local").order_by("-starts_on")[0]
-    invoice = Invoice.objects.filter(tenant__slug="acme").order_by("-month").first()
-    figures: dict[str, dict[str, Any]] = {}
-    from datetime import timedelta
+        from django.contrib.auth import get_user_model
+        from django.test import Client
+        from django.utils import timezone
 
-    from django.utils import timezone
+        from billing.models import Invoice
+        from jobs.models import Job
+        from quotas.models import Allocation
 
-    today = timezone.now().date()
-    for username in ("alice", "bob", "admin"):
-        client = Client()
-        client.force_login(get_user_model().objects.get(username=username))
-        values = {
-            "job_id": vision_job.pk if vision_job else "",
-            "slurm_job_id": vision_job.slurm_job_id if vision_job else "",
-            "allocation_id": allocation.pk,
-            "invoice_id": invoice.pk if invoice else 0,
-            "jobs_page_50": _page_deep(client, "/jobs/", 50),
-            "api_jobs_page_50": _page_deep(client, "/api/v1/jobs/", 50),
-            "last_month": f"{today.replace(day=1) - timedelta(days=1):%Y-%m}",
-            "year_ago": f"{today - timedelta(days=365)}",
-        }
-        for label, template, users in ROUTES:
-            if username not in users or only not in label:
-                continue
-            path = template.format(**values)
+        vision_job = Job.objects.filter(project__slug="vision").order_by("-created_at").first()
+        allocation = Allocation.objects.filter(project__slug="vision", cluster__name="local").order_by("-starts_on")[0]
+        invoice = Invoice.objects.filter(tenant__slug="acme").order_by("-month").first()
+        today = timezone.now().date()
+        # (key, client, path) for every route and user asked; timings by key
+        self.asks: list[tuple[str, Any, str]] = []
+        for username in ("alice", "bob", "admin"):
+            client = Client()
+            client.force_login(get_user_model().objects.get(username=username))
+            values = {
+                "job_id": vision_job.pk if vision_job else "",
+                "slurm_job_id": vision_job.slurm_job_id if vision_job else "",
+                "allocation_id": allocation.pk,
+                "invoice_id": invoice.pk if invoice else 0,
+                "jobs_page_50": _page_deep(client, "/jobs/", 50),
+                "api_jobs_page_50": _page_deep(client, "/api/v1/jobs/", 50),
+                "last_month": f"{today.replace(day=1) - timedelta(days=1):%Y-%m}",
+                "year_ago": f"{today - timedelta(days=365)}",
+            }
+            for label, template, users in ROUTES:
+                if username in users and only in label:
+                    self.asks.append((f"{label}|{username}", client, template.format(**values)))
+        self.timings: dict[str, list[float]] = {key: [] for key, _, _ in self.asks}
+        self.cpu: dict[str, list[float]] = {key: [] for key, _, _ in self.asks}
+        self.sql: dict[str, list[float]] = {key: [] for key, _, _ in self.asks}
+        self.last: dict[str, tuple[int, int]] = {}  # status, queries
+        self.warm = False
+
+    def round(self, *, requests: int) -> None:
+        from django.db import connection, reset_queries
+        from django.test.utils import CaptureQueriesContext
+
+        for key, client, path in self.asks:
             gc.collect()  # what walking 49 pages left behind is not collected inside a timed request
-            for _ in range(WARMUP_REQUESTS):
+            for _ in range(0 if self.warm else WARMUP_REQUESTS):
                 client.get(path)
-            timings, cpu, sql = [], [], []
             for _ in range(requests):
+                # Inside the context Django keeps every query (up to 9,000, then nothing is counted): from empty.
+                reset_queries()
                 with CaptureQueriesContext(connection) as queries:
                     started, cpu_started = time.perf_counter(), time.process_time()
                     response = client.get(path)
-                    timings.append((time.perf_counter() - started) * 1000)
-                    cpu.append((time.process_time() - cpu_started) * 1000)
-                sql.append(sum(float(query["time"]) for query in queries.captured_queries) * 1000)
-            figures[f"{label}|{username}"] = {
-                "status": response.status_code,
-                "p50": stack.percentile(timings, 0.5),
-                "p95": stack.percentile(timings, 0.95),
-                "cpu": stack.percentile(cpu, 0.5),
-                "sql": stack.percentile(sql, 0.5),
-                "queries": len(queries),
+                    self.timings[key].append((time.perf_counter() - started) * 1000)
+                    self.cpu[key].append((time.process_time() - cpu_started) * 1000)
+                self.sql[key].append(sum(float(query["time"]) for query in queries.captured_queries) * 1000)
+                self.last[key] = (response.status_code, len(queries))
+        self.warm = True
+
+    def figures(self) -> dict[str, dict[str, Any]]:
+        import portal_stack as stack
+
+        figures: dict[str, dict[str, Any]] = {}
+        for key, _, path in self.asks:
+            status, queries = self.last[key]
+            figures[key] = {
+                "status": status,
+                "p50": stack.percentile(self.timings[key], 0.5),
+                "p95": stack.percentile(self.timings[key], 0.95),
+                "cpu": stack.percentile(self.cpu[key], 0.5),
+                "sql": stack.percentile(self.sql[key], 0.5),
+                "queries": queries,
                 "path": path,
             }
-            print(
-                f"    {username:<6} {label:<54} {figures[f'{label}|{username}']['p95']:>8.1f} ms p95"
-                f" {response.status_code}",
-                flush=True,
-            )
-    return figures
+        return figures
 
 
 if __name__ == "__main__":

@@ -648,10 +648,17 @@ def _page(
             words=("« Oldest", "← Older", "Newer →") if oldest_first else ("« Newest", "← Newer", "Older →"),
             count=count,
         )
-    numbered = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    # Another order sorts at most SORT_LIMIT jobs (job_list_page): their keys are read in that order in one query,
+    # which also counts them, and only the page's rows are read whole. Sorting whole rows (their project, tenant,
+    # cluster and user joined) and counting them apart cost 30 ms at 1,000 jobs.
+    numbered = Paginator(list(jobs.values_list("pk", flat=True)[:SORT_LIMIT]), JOBS_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
     number = numbered.number
+    keys = list(numbered.object_list)
+    by_key = jobs.order_by().in_bulk(keys)
     return ListPage(
-        rows=list(numbered.object_list),
+        rows=[by_key[key] for key in keys if key in by_key],
         is_first=number == 1,
         first=urlencode(query) if number > 1 else "",
         previous=urlencode({**query, "page": number - 1}) if numbered.has_previous() else "",
