@@ -210,9 +210,10 @@ def job_efficiency_from_accounting(*, job: Job, cluster: Cluster, record: Accoun
     """A finished job's figure from Slurm's accounting (gres/gpuutil, gres/gpumem), for a cluster that records
     them and a job DCGM did not observe; True when one was written.
 
-    Slurm gives one figure for the job, not one per GPU, and on a real GPU it was the step's latest reading
+    Slurm gives one figure for the job, not one per GPU, and on a real GPU it was the step's peak reading
     rather than a mean over its life (README, "Fake GPUs, and what was checked on a real one"): a job whose
-    figure is under the threshold counts all its GPU-seconds as idle, one above it none."""
+    figure is under the threshold (one that never used its GPUs) counts all its GPU-seconds as idle, any other
+    none."""
     if not cluster.slurm_gpu_accounting or record.gpu_utilisation_percent is None or not gpu_seconds:
         return False
     utilisation = record.gpu_utilisation_percent

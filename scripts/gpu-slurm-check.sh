@@ -15,7 +15,8 @@
 # Run as root on a node with NVIDIA GPUs: bash scripts/gpu-slurm-check.sh OUTDIR
 # Without a GPU (or GPU_CHECK_FAKE=1) it runs the same steps with a fake GPU device file and a CPU-only job.
 # Knobs: GPU_CHECK_ROOT (/tmp/slurmroot), GPU_CHECK_PORT_BASE (7410: slurmctld, +1 slurmd, +2 slurmrestd,
-# +3 slurmdbd, +4 MariaDB), GPU_CHECK_TARBALL, GPU_CHECK_LOAD_SECS (30). Takes about a minute.
+# +3 slurmdbd, +4 MariaDB), GPU_CHECK_TARBALL, GPU_CHECK_LOAD_SECS (30), GPU_CHECK_IDLE_SECS (0: after the load, the
+# job holds its GPU memory idle this long). Takes about a minute.
 set -uo pipefail
 out=${1:?usage: gpu-slurm-check.sh OUTDIR}
 [[ $(id -u) -eq 0 ]] || { echo "must run as root" >&2; exit 1; }
@@ -30,6 +31,7 @@ R=${GPU_CHECK_ROOT:-/tmp/slurmroot}
 base=${GPU_CHECK_PORT_BASE:-7410}
 ctld_port=$base slurmd_port=$((base + 1)) rest_addr=127.0.0.1:$((base + 2)) dbd_port=$((base + 3)) db_port=$((base + 4))
 load_secs=${GPU_CHECK_LOAD_SECS:-30}
+idle_secs=${GPU_CHECK_IDLE_SECS:-0} # then the job holds its GPU memory this long, computing nothing
 node=gpunode
 report=$out/report.txt
 t0=$SECONDS
@@ -381,6 +383,9 @@ if cuda:
         torch.cuda.synchronize()
         n += 20
     print("matmuls", n, "max_memory_reserved_MiB", torch.cuda.max_memory_reserved() // 2**20, flush=True)
+    if $idle_secs:
+        print("idle for", $idle_secs, "s, memory held", flush=True)
+        time.sleep($idle_secs)
 else:
     print("no CUDA: CPU loop instead", flush=True)
     while time.time() < end:
@@ -424,7 +429,7 @@ run_job() {
         sleep 5
     done
     sec "after the job"
-    wait_until $((load_secs + 60)) "job $jobid to end" job_gone
+    wait_until $((load_secs + idle_secs + 60)) "job $jobid to end" job_gone
     slurm scontrol show job -d "$jobid"
     [[ -z $api ]] || note "job: HTTP $(http "/slurm/$api/job/$jobid" "$out/job-after.json" 2>&1)"
     sec "accounting (slurmdbd): sacct and /slurmdb/$api/job/$jobid"

@@ -13,11 +13,13 @@ from clusters.slurm.codecs import codec_for
 from clusters.slurm.types import JobState, NodeState
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "nvidia-h200" / "slurm-26.05-nvml"
+# A second job: 15 s of matrix products, then 20 s holding its GPU memory and computing nothing.
+BUSY_THEN_IDLE = RECORDED.parent / "slurm-26.05-nvml-busy-then-idle"
 API_VERSION = "0.0.45"
 
 
-def _reply(name: str) -> dict[str, Any]:
-    reply: dict[str, Any] = json.loads((RECORDED / name).read_text())
+def _reply(name: str, directory: Path = RECORDED) -> dict[str, Any]:
+    reply: dict[str, Any] = json.loads((directory / name).read_text())
     return reply
 
 
@@ -51,3 +53,22 @@ def test_the_node_reports_the_autodetected_gpu_in_use() -> None:
         1,
     )
     assert "Setting system GRES type to NULL" in (RECORDED / "slurmd.log").read_text()
+
+
+def test_accounting_keeps_a_steps_peak_utilisation_not_its_mean() -> None:
+    # While the job ran, sstat's average fell from 92 to 18 % once it stopped computing (nvidia-smi: 0 %); when it
+    # ended, slurmdbd stored its highest reading, 95, as the step's average, minimum, maximum and total. The
+    # portal's accounting fallback (jobs/gpu_utilisation.py) therefore sees 95 % for a job idle most of its life.
+    body = _reply("slurmdb-job.json", BUSY_THEN_IDLE)
+    (step,) = body["jobs"][0]["steps"]
+    usage = step["tres"]["requested"]
+    readings = {
+        kind: next(entry["count"] for entry in usage[kind] if entry["name"] == "gpuutil")
+        for kind in ("average", "min", "max", "total")
+    }
+    assert readings == {"average": 95, "min": 95, "max": 95, "total": 95}
+    report = (BUSY_THEN_IDLE / "report.txt").read_text()
+    assert "gres/gpuutil=18," in report  # the last sstat sample, 26 s in
+
+    (record,) = codec_for(API_VERSION).decode_accounting_jobs(body)
+    assert record.gpu_utilisation_percent == 95.0

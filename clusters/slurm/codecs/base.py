@@ -369,9 +369,9 @@ def gpu_usage_in_steps(steps: Iterable[Any]) -> tuple[float | None, int | None]:
     """The job's GPU utilisation (percent) and peak GPU memory (bytes) from its steps' TRES usage, where Slurm
     records them: `AccountingStorageTRES` with `gres/gpuutil,gres/gpumem` and an NVML-built gpu plugin make each
     step carry `gres/gpuutil` and `gres/gpumem` in `tres.requested.{average,max}` (what `sacct` shows as
-    TRESUsageInAve/TRESUsageInMax; seen on a real H200, tests/data/nvidia-h200/slurm-26.05-nvml/, where the
-    "average" was the step's latest reading averaged over its tasks, not over time). None where no step carries
-    them, which is not the same as zero.
+    TRESUsageInAve/TRESUsageInMax; seen on a real H200, tests/data/nvidia-h200/slurm-26.05-nvml*/, where
+    accounting stored the step's peak reading as its "average" too, not a mean over time). None where no step
+    carries them, which is not the same as zero.
 
     Utilisation is the highest step average (the batch step of a one-step job; the busiest step of several);
     memory the highest step maximum."""
