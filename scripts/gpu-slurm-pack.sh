@@ -14,7 +14,7 @@ mkdir -p "$work"
 if [[ ! -x $work/root/usr/sbin/slurmd ]]; then
     rm -rf --one-file-system "$work/root"
     debootstrap --variant=minbase --components=main,contrib \
-        --include=slurmctld,slurmd,slurm-client,slurmrestd,slurmdbd,slurm-wlm-jwt-plugin,slurm-wlm-nvml-plugin,mariadb-server \
+        --include=slurmctld,slurmd,slurm-client,slurmrestd,slurmdbd,slurm-wlm-jwt-plugin,slurm-wlm-nvml-plugin,mariadb-server-core,mariadb-client-core \
         sid "$work/root" "$mirror" >"$work/debootstrap.log" 2>&1 || { tail -n 20 "$work/debootstrap.log" >&2; exit 1; }
 fi
 R=$work/packroot
