@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The whole suite as three pytest processes side by side (`make test`): the browser and page tests
 # (tests/frontend), the jobs and clusters tests (most of the live-cluster journeys), and the rest. Most of the
-# suite waits on Slurm, the browser and the servers it starts (one process alone kept a quarter of the two cores
-# busy), so the others fill its idle CPU. Each process has its own test database and its own Redis
-# databases (tests/settings.py; 1-6 and 13-15: the demo has 0, the load test 4-6, the drills 7-9 and the benchmarks
-# 10-12, none of which runs beside the tests), so they share nothing but the live clusters, where every test makes
-# its own accounts and jobs, and their requests to slurmdbd take turns (tests/slurmdb_lock.py). The few tests that stop or freeze a cluster's daemons (marked `disrupts_clusters`) would
-# break the other process's tests, so they run afterwards, alone. Each shard's output is prefixed with its name;
-# the run fails when any part fails.
+# suite waits on Slurm, the browser and the servers it starts (split in two processes it still used only a quarter
+# of the two cores), so the others fill its idle CPU. Each process has its own test database and its own Redis
+# databases (tests/settings.py; 1-6 and 13-15: the demo has 0, the load test 4-6, the drills 7-9 and the
+# benchmarks 10-12, none of which runs beside the tests), so they share nothing but the live clusters, where every
+# test makes its own accounts and jobs, and their requests to slurmdbd take turns (tests/slurmdb_lock.py). The few
+# tests that stop or freeze a cluster's daemons (marked `disrupts_clusters`) would break the other processes'
+# tests, so they run afterwards, alone. Each shard's output is prefixed with its name; the run fails when any part
+# fails.
 #
 # Arguments go to pytest. With a path among them (`make test PYTEST_ARGS=tests/jobs`), or with TEST_SHARDS=1,
 # one pytest runs as before.
@@ -15,11 +16,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 
-single=${TEST_SHARDS:-3}
+shard_count=${TEST_SHARDS:-3} # only 1 (one pytest) or the three below
 for arg in "$@"; do
-    [[ $arg == tests* ]] && single=1
+    [[ $arg == tests* ]] && shard_count=1
 done
-if [[ $single == 1 ]]; then
+if [[ $shard_count == 1 ]]; then
     exec "$PY" -m pytest "$@"
 fi
 
