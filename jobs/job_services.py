@@ -33,6 +33,7 @@ from jobs.sync_schedule import delivery_wake_needed
 from jobs.templates import BUILTIN_TEMPLATES
 from portal import metrics
 from portal.channel_sends import group_send_all
+from portal.db import insert_prepared
 from portal.errors import Conflict
 from portal.queue import task_enqueue_on_commit
 from portal.request_ids import current_request_id
@@ -531,7 +532,7 @@ def _job_create(
     reservation, and hand it to the workers."""
     user, project, cluster = job.user, job.project, job.cluster
     spec: ArraySpec | None = values["array_spec"]
-    job.save(force_insert=True)
+    insert_prepared(job)
     if spec is not None:
         JobArrayTask.objects.bulk_create(
             [JobArrayTask(job=job, index=index, updated_at=now) for index in spec.indexes], batch_size=1000
@@ -539,7 +540,8 @@ def _job_create(
         job.array_indexes = list(spec.indexes)  # type: ignore[attr-defined]  # the reservation's tasks, unread
     if parents:
         dependencies_create(child=job, parents=parents)
-    accepted = JobTransition.objects.create(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted")
+    accepted = JobTransition(job=job, from_state="", to_state=JobState.QUEUED, at=now, detail="accepted")
+    insert_prepared(accepted)
     audit_record(
         actor=user,
         action="job.submit",

@@ -8,7 +8,7 @@ from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 
 from django.core.exceptions import PermissionDenied
-from django.db import DEFAULT_DB_ALIAS, connection
+from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Prefetch, Q, QuerySet
 from django.db.models.functions import TruncDate
 from django.http import Http404
@@ -31,6 +31,7 @@ from jobs.models import (
     JobTransition,
     JobTransitionArchive,
 )
+from portal.db import prepared_cursor
 from tenants.models import SUBMITTING_PROJECT_ROLES, Project, ProjectMembership, Tenant
 from tenants.selectors import (
     AnyUser,
@@ -161,7 +162,7 @@ def submission_project_get(*, user: AnyUser, label: str, cluster_name: str) -> t
     a submission's queries together (bench/job_submission.py).
     """
     tenant_slug, project_slug = project_label_parse(label)
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(
             _SUBMISSION_PROJECT_SQL,
             {

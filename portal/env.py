@@ -96,6 +96,12 @@ def database_from_url(url: str) -> dict[str, object]:
 
     parts = urlsplit(url)
     pool_size = env_int("DATABASE_POOL_SIZE", 0)
+    # psycopg prepares a statement at its first run (threshold 0) but only on a server-binding cursor, and the ORM's
+    # cursors bind on the client: only the hot path's statements that portal/db.py runs are prepared. None: none.
+    prepare_threshold = 0 if env_bool("DATABASE_PREPARED_STATEMENTS", True) else None
+    options: dict[str, object] = {"prepare_threshold": prepare_threshold}
+    if pool_size:
+        options["pool"] = {"min_size": 1, "max_size": pool_size, "timeout": 10}
     if parts.scheme not in {"postgres", "postgresql"}:
         raise ConfigurationError(f"DATABASE_URL must start with postgres://, got {parts.scheme!r}")
     return {
@@ -113,7 +119,7 @@ def database_from_url(url: str) -> dict[str, object]:
         # DATABASE_POOL_SIZE > 0: a process-wide pool of at most that many connections (psycopg_pool), which a
         # closed connection returns to. For the ASGI server, whose handshakes would otherwise each open one.
         # A request that waits longer for a pooled connection gets 503 with Retry-After (portal/api_errors.py).
-        "OPTIONS": {"pool": {"min_size": 1, "max_size": pool_size, "timeout": 10}} if pool_size else {},
+        "OPTIONS": options,
     }
 
 

@@ -22,6 +22,7 @@ from django.db.models import F, Q, Sum
 from django.db.models.functions import Coalesce
 
 from portal import metrics
+from portal.db import prepared_cursor
 from portal.errors import Conflict
 from portal.queue import task_enqueue_on_commit
 from quotas.models import Allocation, LedgerDaily, LedgerEntry, LedgerKind
@@ -298,7 +299,7 @@ WITH chosen AS (
     WHERE allocation.id = chosen.id
         AND allocation.granted_gpu_seconds - allocation.charged_gpu_seconds - allocation.reserved_gpu_seconds
             >= %(needed)s
-    RETURNING allocation.*
+    RETURNING {returning}
 ), entry AS (
     INSERT INTO {ledger}
         (allocation_id, project_id, cluster_id, kind, gpu_seconds, job_id, array_task, note, created_at)
@@ -310,15 +311,21 @@ WITH chosen AS (
     ON CONFLICT (allocation_id, day)
     DO UPDATE SET reserved_gpu_seconds = {daily}.reserved_gpu_seconds + EXCLUDED.reserved_gpu_seconds
 )
-SELECT * FROM held
+SELECT {columns} FROM held
 """
+# Columns named, not `*`: a prepared statement (portal/db.py) must not change its result's columns under a migration.
+_ALLOCATION_FIELDS = Allocation._meta.concrete_fields
+_RESERVE_STATEMENT = _RESERVE_SQL.format(
+    allocation=Allocation._meta.db_table,
+    ledger=LedgerEntry._meta.db_table,
+    daily=LedgerDaily._meta.db_table,
+    returning=", ".join(f"allocation.{field.column}" for field in _ALLOCATION_FIELDS),
+    columns=", ".join(str(field.column) for field in _ALLOCATION_FIELDS),
+)
 
 
 def _reserve_if_it_fits(*, job: Job, gpu_type: str | None, needed: int, now: datetime) -> Allocation | None:
     """The allocation, its balances after the reservation, when the job's allocation has room; else None."""
-    sql = _RESERVE_SQL.format(
-        allocation=Allocation._meta.db_table, ledger=LedgerEntry._meta.db_table, daily=LedgerDaily._meta.db_table
-    )
     parameters: dict[str, Any] = {
         "project": job.project_id,
         "cluster": job.cluster_id,
@@ -332,14 +339,13 @@ def _reserve_if_it_fits(*, job: Job, gpu_type: str | None, needed: int, now: dat
         "now": now,
         "day": now.astimezone(UTC).date(),
     }
-    with connection.cursor() as cursor:
-        cursor.execute(sql, parameters)
+    with prepared_cursor() as cursor:
+        cursor.execute(_RESERVE_STATEMENT, parameters)
         row = cursor.fetchone()
-        if row is None:
-            return None
-        columns = [column.name for column in cursor.description]
-    allocation = Allocation(**dict(zip(columns, row, strict=True)))
-    allocation._state.adding, allocation._state.db = False, connection.alias  # as if read with the ORM
+    if row is None:
+        return None
+    names = [field.attname for field in _ALLOCATION_FIELDS]
+    allocation = Allocation.from_db(connection.alias, names, row)  # as if read with the ORM
     used_after = allocation.charged_gpu_seconds + allocation.reserved_gpu_seconds
     if crosses_alert_threshold(
         granted=allocation.granted_gpu_seconds, used_before=used_after - needed, used_after=used_after

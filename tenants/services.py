@@ -22,6 +22,7 @@ from django.db.models import Model
 from django.utils import timezone
 
 from portal.channel_sends import group_send_all
+from portal.db import insert_prepared, prepared_cursor
 from portal.queue import task_enqueue_on_commit
 from portal.request_ids import current_request_id
 from tenants.models import (
@@ -60,7 +61,7 @@ def audit_record(
 ) -> AuditEvent:
     """Append one audit event; call inside the transaction that makes the change."""
     acting_user = actor if actor is not None and actor.is_authenticated else None
-    return AuditEvent.objects.create(
+    event = AuditEvent(
         actor=acting_user,
         actor_username=acting_user.get_username() if acting_user is not None else "",
         tenant=tenant,
@@ -72,6 +73,8 @@ def audit_record(
         after=after,
         request_id=current_request_id(),
     )
+    insert_prepared(event)  # every submission writes one
+    return event
 
 
 def audit_record_many(
@@ -563,7 +566,7 @@ def _token_query() -> tuple[str, list[str], list[str]]:
 
 def _token_with_user(secret_hash: str) -> ApiToken | None:
     sql, token_names, user_names = _token_query()
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, [secret_hash])
         row = cursor.fetchone()
     if row is None:
