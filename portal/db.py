@@ -2,7 +2,8 @@
 
 Django binds parameters on the client (psycopg's `ClientCursor`): PostgreSQL parses and plans every query anew,
 and psycopg quotes each value into the query's text. For the statements of the hot path (the API token, the
-submission's project and cluster, the quota reservation) `prepared_cursor` binds on the server, and psycopg
+submission's project and cluster, the quota reservation, and through `insert_prepared` the job's, its first
+transition's and every audit event's insert) `prepared_cursor` binds on the server, and psycopg
 prepares each statement at its first run on a connection (`prepare_threshold` 0, set by `portal.env.
 database_from_url`; at most `prepared_max`, 100, kept per connection): PostgreSQL plans it once, and psycopg
 sends only the values. Measured on `POST /api/v1/jobs/` (bench/job_submission.py, README "How fast, measured").
@@ -45,8 +46,8 @@ def prepared_cursor() -> Iterator[CursorWrapper]:
 def insert_prepared(instance: Model) -> None:
     """`instance.save(force_insert=True)` as a prepared statement (`prepared_cursor`): for the rows every
     submission writes. The row's values are prepared for the database by its fields as `save` does (defaults,
-    `auto_now_add`, JSON); a primary key the database assigns is read back. No signals are sent: these models
-    have no receivers.
+    `auto_now_add`, JSON); an auto primary key is always the database's, read back. No signals are sent: these
+    models have no receivers.
 
     A nullable column whose value is None is left out (it is NULL without being sent): a new job leaves most of
     its columns empty, and a statement of fewer than 50 parameters is one whose parsing psycopg caches."""
