@@ -322,6 +322,7 @@ _RESERVE_STATEMENT = _RESERVE_SQL.format(
     returning=", ".join(f"allocation.{field.column}" for field in _ALLOCATION_FIELDS),
     columns=", ".join(str(field.column) for field in _ALLOCATION_FIELDS),
 )
+_ALLOCATION_NAMES = [field.attname for field in _ALLOCATION_FIELDS]  # the statement's columns, as attributes
 
 
 def _reserve_if_it_fits(*, job: Job, gpu_type: str | None, needed: int, now: datetime) -> Allocation | None:
@@ -344,8 +345,7 @@ def _reserve_if_it_fits(*, job: Job, gpu_type: str | None, needed: int, now: dat
         row = cursor.fetchone()
     if row is None:
         return None
-    names = [field.attname for field in _ALLOCATION_FIELDS]
-    allocation = Allocation.from_db(connection.alias, names, row)  # as if read with the ORM
+    allocation = Allocation.from_db(connection.alias, _ALLOCATION_NAMES, row)  # as if read with the ORM
     used_after = allocation.charged_gpu_seconds + allocation.reserved_gpu_seconds
     if crosses_alert_threshold(
         granted=allocation.granted_gpu_seconds, used_before=used_after - needed, used_after=used_after
