@@ -18,14 +18,13 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
-from django.db.models import Q
 from django.http import Http404
 from django.utils import timezone
 
 from clusters.models import Cluster, Partition
 from clusters.selectors import SubmissionTarget, cluster_list_active, submission_target_get
 from jobs.arrays import ArrayExpressionError, ArraySpec, array_parse, array_tasks_end_before_slurm
-from jobs.models import Job, JobArrayTask, JobDependency, JobState, JobTemplate, JobTransition
+from jobs.models import Job, JobArrayTask, JobState, JobTemplate, JobTransition
 from jobs.paths import JobPaths, job_paths
 from jobs.pipelines import DependencyRequest, dependencies_create, dependencies_validate, dependents_wake
 from jobs.reasons import pending_reason_text
@@ -33,7 +32,7 @@ from jobs.sync_schedule import delivery_wake_needed
 from jobs.templates import BUILTIN_TEMPLATES
 from portal import metrics
 from portal.channel_sends import group_send_all
-from portal.db import insert_prepared
+from portal.db import insert_prepared, prepared_cursor
 from portal.errors import Conflict
 from portal.queue import task_enqueue_on_commit
 from portal.request_ids import current_request_id
@@ -125,14 +124,20 @@ def jobs_push_loaded(jobs: Iterable[Job]) -> None:
         logger.warning("could not push job changes to watchers", exc_info=True)
 
 
+# Prepared (portal/db.py): every delivery and sync that changes a job runs it, and it almost always finds nothing.
+_NEIGHBOURS = "SELECT child_id, parent_id FROM jobs_jobdependency WHERE child_id = ANY(%s) OR parent_id = ANY(%s)"
+
+
 def _pipeline_sends(changed: dict[uuid.UUID, Job]) -> list[tuple[str, dict[str, Any]]]:
     """`pipeline.update` for each neighbour of a changed job (one query): the step's id and state only. A
     neighbour is in the same project, so whoever may watch it may see the step."""
     if not changed:
         return []
     sends: dict[tuple[str, str], dict[str, Any]] = {}
-    edges = JobDependency.objects.filter(Q(child_id__in=list(changed)) | Q(parent_id__in=list(changed)))
-    for child_id, parent_id in edges.values_list("child_id", "parent_id"):
+    with prepared_cursor() as cursor:
+        cursor.execute(_NEIGHBOURS, [list(changed), list(changed)])
+        edges = cursor.fetchall()
+    for child_id, parent_id in edges:
         for step_id, neighbour_id in ((child_id, parent_id), (parent_id, child_id)):
             step = changed.get(step_id)
             if step is not None:

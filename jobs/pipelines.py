@@ -22,6 +22,7 @@ from django.db import models
 
 from clusters.models import Cluster
 from jobs.models import FINAL_JOB_STATES, DependencyCondition, Job, JobDependency, JobState
+from portal.db import RelatedRows, prepared_cursor
 from portal.queue import task_enqueue_on_commit
 from tenants.models import Project
 
@@ -148,23 +149,19 @@ class Resolution:
     slurm_dependency: str = ""
 
 
+# A delivery's and a parent's reading of the edges, as prepared statements (portal/db.py): every delivery batch
+# runs them, and almost always finds nothing, so the ORM's building of the query was most of their cost.
+_EDGES = RelatedRows(JobDependency, "parent", alias="edge")
+_EDGES_OF_CHILDREN = f"{_EDGES.select} WHERE edge.child_id = ANY(%s) ORDER BY edge.id"
+_WAITING_CHILDREN = (
+    "SELECT DISTINCT job.id FROM jobs_job job JOIN jobs_jobdependency edge ON edge.child_id = job.id "
+    "WHERE edge.parent_id = ANY(%s) AND job.state = %s AND job.next_attempt_at > %s"
+)
+
+
 def dependencies_resolve(jobs: Iterable[Job]) -> dict[uuid.UUID, Resolution]:
     """For each of these queued jobs that has parents, what they allow now (one query for them all)."""
-    ids = [job.pk for job in jobs]
-    edges = list(
-        JobDependency.objects.filter(child_id__in=ids)
-        .select_related("parent")
-        .only(
-            "child_id",
-            "condition",
-            "parent__id",
-            "parent__name",
-            "parent__state",
-            "parent__slurm_job_id",
-            "parent__array",
-        )
-        .order_by("id")
-    )
+    edges = _EDGES.fetch(_EDGES_OF_CHILDREN, [[job.pk for job in jobs]])
     by_child: dict[uuid.UUID, list[JobDependency]] = {}
     for edge in edges:
         by_child.setdefault(edge.child_id, []).append(edge)
@@ -210,11 +207,9 @@ def dependents_wake(*, parent_ids: Iterable[uuid.UUID], now: datetime) -> int:
     ids = list(parent_ids)
     if not ids:
         return 0
-    children = list(
-        Job.objects.filter(state=JobState.QUEUED, dependencies__parent_id__in=ids, next_attempt_at__gt=now).values_list(
-            "pk", flat=True
-        )
-    )
+    with prepared_cursor() as cursor:
+        cursor.execute(_WAITING_CHILDREN, [ids, JobState.QUEUED.value, now])
+        children = [child_id for (child_id,) in cursor.fetchall()]
     if not children:
         return 0
     Job.objects.filter(pk__in=children, state=JobState.QUEUED).update(next_attempt_at=now)

@@ -26,8 +26,8 @@ from typing import Any
 
 import psycopg
 from django.db import connection
-from django.db.backends.utils import CursorWrapper
-from django.db.models import Field, Model
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+from django.db.models import Field, ForeignKey, Model
 
 
 @contextmanager
@@ -38,9 +38,27 @@ def prepared_cursor() -> Iterator[CursorWrapper]:
     connection.ensure_connection()
     with connection.wrap_database_errors:
         # Django's own wrapping of a cursor it creates: the query log, execute_wrapper, the thread check.
-        cursor = connection._prepare_cursor(psycopg.Cursor(connection.connection))  # type: ignore[attr-defined]
+        raw = psycopg.Cursor(connection.connection)
+        connection.validate_thread_sharing()
+        cursor: CursorWrapper = (
+            _ServerBoundDebugWrapper(raw, connection) if connection.queries_logged else connection.make_cursor(raw)  # type: ignore[arg-type]
+        )
     with cursor:
         yield cursor
+
+
+class _ServerBoundDebugWrapper(CursorDebugWrapper):
+    """Django's debug cursor (DEBUG, `CaptureQueriesContext`) logging a server-bound statement with its values:
+    Django reads the text of what ran from psycopg, which keeps none for a server-bound statement."""
+
+    @contextmanager
+    def debug_sql(
+        self, sql: Any = None, params: Any = None, use_last_executed_query: bool = False, many: bool = False
+    ) -> Iterator[None]:
+        if use_last_executed_query and not many:
+            sql = connection.ops.compose_sql(sql, params)  # type: ignore[attr-defined]
+        with super().debug_sql(sql, params, use_last_executed_query=False, many=many):
+            yield
 
 
 def insert_prepared(instance: Model) -> None:
@@ -63,6 +81,23 @@ def insert_prepared(instance: Model) -> None:
     instance._state.adding, instance._state.db = False, connection.alias
 
 
+def update_prepared(instance: Model, *, fields: list[str]) -> None:
+    """`instance.save(update_fields=fields)` as a prepared statement (`prepared_cursor`), for a row that exists:
+    the values prepared by the fields as `save` prepares them (`auto_now` included). No signals are sent."""
+    meta = instance._meta
+    chosen = [meta.get_field(name) for name in fields]
+    values = [field.get_db_prep_save(field.pre_save(instance, False), connection) for field in chosen]  # type: ignore[union-attr]
+    with prepared_cursor() as cursor:
+        cursor.execute(_update_statement(type(instance), tuple(fields)), [*values, instance.pk])
+
+
+@functools.lru_cache(maxsize=256)
+def _update_statement(model: type[Model], fields: tuple[str, ...]) -> str:
+    meta, quote = model._meta, connection.ops.quote_name
+    columns = ", ".join(f"{quote(str(meta.get_field(name).column))} = %s" for name in fields)  # type: ignore[union-attr]
+    return f"UPDATE {quote(meta.db_table)} SET {columns} WHERE {quote(str(meta.pk.column))} = %s"  # noqa: S608
+
+
 @functools.cache
 def _insert_fields(model: type[Model]) -> tuple[list[Field[Any, Any]], Field[Any, Any] | None]:
     """The fields an insert of `model` may write, and the one it reads back (an auto primary key)."""
@@ -82,3 +117,93 @@ def _insert_statement(model: type[Model], columns: tuple[str, ...]) -> str:
     if meta.auto_field is not None:
         sql += f" RETURNING {quote(str(meta.auto_field.column))}"
     return sql
+
+
+class RelatedRows:
+    """A model read with the models it refers to, as `select_related` reads them, by a hand-written statement run
+    through `prepared_cursor`: for the hot paths whose ORM query cost more to build than PostgreSQL takes to run
+    it (a worker claims and records every batch of jobs this way).
+
+    `select` is `SELECT <every column> FROM <table> <alias> JOIN ...` for the relations named as `select_related`
+    names them ("cluster", "project__tenant"; a nullable one is an outer join and reads None when absent); the
+    caller appends WHERE, ORDER BY, LIMIT and FOR ... OF <alias>, naming the model's columns as `<alias>.column`.
+    `fetch` runs such a statement and returns the instances, each field read as the ORM reads it (JSON decoded).
+    With `only`, the model's own columns are those fields and its primary key, the others deferred, as `only`."""
+
+    def __init__(self, model: type[Model], *related: str, alias: str, only: tuple[str, ...] = ()) -> None:
+        quote = connection.ops.quote_name
+        self._base = _Reader(model, alias, only=only)
+        self._joined: list[tuple[_Reader, int, ForeignKey[Any, Any]]] = []  # (reader, index of its parent's, FK)
+        joins: list[str] = []
+        aliases = {"": 0}
+        for path in related:
+            parent_path = ""
+            for name in path.split("__"):
+                here = f"{parent_path}__{name}" if parent_path else name
+                if here not in aliases:
+                    parent = self._readers[aliases[parent_path]]
+                    field = parent.model._meta.get_field(name)
+                    assert isinstance(field, ForeignKey), f"{parent.model.__name__}.{name}: not a foreign key"
+                    reader = _Reader(field.related_model, f"{alias}_{len(aliases)}")
+                    kind = "LEFT OUTER JOIN" if field.null else "INNER JOIN"
+                    joins.append(
+                        f"{kind} {quote(reader.model._meta.db_table)} {reader.alias} "
+                        f"ON {reader.alias}.{quote(str(field.target_field.column))} "
+                        f"= {parent.alias}.{quote(str(field.column))}"
+                    )
+                    aliases[here] = len(self._readers)
+                    self._joined.append((reader, aliases[parent_path], field))
+                parent_path = here
+        columns = ", ".join(reader.columns for reader in self._readers)
+        self.select = f"SELECT {columns} FROM {quote(model._meta.db_table)} {alias} {' '.join(joins)}"  # noqa: S608
+
+    @property
+    def _readers(self) -> list[_Reader]:
+        return [self._base, *(reader for reader, _, _ in self._joined)]
+
+    def fetch(self, sql: str, params: list[Any]) -> list[Any]:
+        with prepared_cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        found = []
+        for row in rows:
+            start = len(self._base.fields)
+            instances = [self._base.instance(row, 0)]
+            for reader, parent_index, field in self._joined:
+                instance = reader.instance(row, start)
+                start += len(reader.fields)
+                parent = instances[parent_index]
+                if parent is not None:
+                    field.set_cached_value(parent, instance)
+                instances.append(instance)
+            found.append(instances[0])
+        return found
+
+
+class _Reader:
+    """One model's columns in a select list, and its instance built from them as the ORM builds it."""
+
+    def __init__(self, model: type[Model], alias: str, only: tuple[str, ...] = ()) -> None:
+        quote = connection.ops.quote_name
+        self.model, self.alias = model, alias
+        self.fields = list(model._meta.concrete_fields)
+        if only:
+            chosen = {model._meta.pk, *(model._meta.get_field(name) for name in only)}
+            self.fields = [field for field in self.fields if field in chosen]
+        self.names = [field.attname for field in self.fields]
+        self.columns = ", ".join(f"{alias}.{quote(str(field.column))}" for field in self.fields)
+        self.converters = [
+            (index, converters, field.get_col(alias))
+            for index, field in enumerate(self.fields)
+            if (converters := field.get_db_converters(connection))
+        ]
+        self.pk_index = self.fields.index(model._meta.pk)
+
+    def instance(self, row: tuple[Any, ...], start: int) -> Any:
+        values = list(row[start : start + len(self.fields)])
+        if values[self.pk_index] is None:
+            return None  # an outer join that found nothing
+        for index, converters, column in self.converters:
+            for converter in converters:
+                values[index] = converter(values[index], column, connection)
+        return self.model.from_db(connection.alias, self.names, values)

@@ -1,5 +1,5 @@
 """The hot path's prepared statements (portal/db.py): prepared once per connection, seen by Django's query log,
-written exactly as the ORM would write them, and off with DATABASE_PREPARED_STATEMENTS=false."""
+written and read exactly as the ORM would write and read them, and off with DATABASE_PREPARED_STATEMENTS=false."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from portal.db import insert_prepared, prepared_cursor
+from jobs.models import Job, JobState
+from portal.db import RelatedRows, insert_prepared, prepared_cursor, update_prepared
 from portal.env import database_from_url
 from tenants.models import AuditEvent
-from tests.factories import make_tenant, make_user
+from tests.factories import make_job, make_tenant, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -55,6 +56,7 @@ def test_a_statement_is_prepared_once_and_the_orm_s_are_not() -> None:
 
     assert answers == ["first", "second", "first"]
     assert len(queries) == 3  # the query log, and so the tests' query bounds, see every run
+    assert queries.captured_queries[1]["sql"] == f"SELECT slug FROM tenants_tenant WHERE id = {second.pk}"
     statements = prepared_statements()
     assert statements.count(STATEMENT.replace("%s", "$1")) == 1
     assert not [statement for statement in statements if statement.startswith('SELECT "tenants_auditevent"')]
@@ -84,6 +86,68 @@ def test_insert_prepared_writes_the_row_save_would() -> None:
     assert stored.after == {"gpus": 2, "nodes": ["gpu01"]}
     assert stored.before is None
     assert AuditEvent.objects.filter(target_id="43").get().pk > event.pk
+
+
+def test_related_rows_read_what_select_related_reads() -> None:
+    job = make_job(
+        environment={"SEED": "7"}, array_progress={"running": 2}, switches=["s1"], state=JobState.QUEUED, array="0-3"
+    )
+    orphan = _another(job)
+    Job.objects.filter(pk=orphan.pk).update(user=None)
+    rows = RelatedRows(Job, "project__tenant", "cluster", "user", alias="job")
+
+    found = rows.fetch(f"{rows.select} WHERE job.id = ANY(%s) ORDER BY job.created_at", [[job.pk, orphan.pk]])
+
+    expected = list(Job.objects.select_related("project__tenant", "cluster", "user").filter(pk__in=[job.pk, orphan.pk]))
+    assert [each.pk for each in found] == [job.pk, orphan.pk]
+    for read, ormed in zip(found, sorted(expected, key=lambda each: each.created_at), strict=True):
+        assert _row(read) == _row(ormed)
+        assert _row(read.project) == _row(ormed.project)
+        assert _row(read.project.tenant) == _row(ormed.project.tenant)
+        assert _row(read.cluster) == _row(ormed.cluster)
+        assert (read.user and _row(read.user)) == (ormed.user and _row(ormed.user))
+    assert found[0].environment == {"SEED": "7"}
+    assert found[0].switches == ["s1"]
+    assert found[1].user is None
+    with CaptureQueriesContext(connection) as queries:
+        assert found[0].project.tenant.slug == job.project.tenant.slug  # no query: read with the job
+    assert len(queries) == 0
+
+
+def test_related_rows_read_only_some_fields_and_defer_the_rest() -> None:
+    job = make_job(name="glanced", state=JobState.QUEUED)
+    rows = RelatedRows(Job, alias="job", only=("state", "cluster"))
+
+    [glance] = rows.fetch(f"{rows.select} WHERE job.id = %s", [job.pk])
+
+    assert rows.select.startswith('SELECT job."id", job."cluster_id", job."state" FROM')
+    assert (glance.pk, glance.state, glance.cluster_id) == (job.pk, JobState.QUEUED, job.cluster_id)
+    assert glance.get_deferred_fields() >= {"name", "script", "environment"}
+    assert glance.name == "glanced"  # a deferred field is read on first use, as after .only()
+
+
+def test_update_prepared_writes_what_save_would() -> None:
+    job = make_job(state=JobState.QUEUED)
+    other = _another(job)
+    job.state, job.slurm_job_id, job.last_error, job.array_progress = JobState.PENDING, 41, "", {"pending": 4}
+    job.name = "not written"
+
+    update_prepared(job, fields=["state", "slurm_job_id", "last_error", "array_progress"])
+
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.state, stored.slurm_job_id, stored.array_progress) == (JobState.PENDING, 41, {"pending": 4})
+    assert stored.name != "not written"
+    assert Job.objects.get(pk=other.pk).state == JobState.QUEUED
+
+
+def _another(job: Job) -> Job:
+    """Another queued job of the same project, cluster and user."""
+    fields = ("project", "cluster", "user", "cluster_username", "partition", "gpus", "time_limit_minutes")
+    return Job.objects.create(name="another", state=JobState.QUEUED, **{name: getattr(job, name) for name in fields})
+
+
+def _row(instance: object) -> dict[str, object]:
+    return {field.attname: getattr(instance, field.attname) for field in type(instance)._meta.concrete_fields}  # type: ignore[attr-defined]
 
 
 def _values(event: AuditEvent) -> dict[str, object]:
