@@ -305,7 +305,9 @@ def main() -> None:
             drained = wait_until_known(backlog_ids, stall_seconds=STALL_SECONDS)
             backlog = [job.submitted_at for job in drained if job.submitted_at]
             drain_rate = (len(backlog) - 1) / seconds_between(min(backlog), max(backlog))
-            warm_up = post_jobs(portal, world, count=args.clients, clients=args.clients)
+            # Enough that every web worker has answered a few: its first request opens its database connection
+            # and prepares its statements, which the measured requests must not pay for.
+            warm_up = post_jobs(portal, world, count=4 * portal.topology.http_workers, clients=args.clients)
             wait_until_known(warm_up.ids, stall_seconds=STALL_SECONDS)
             single = measure(portal, lambda: post_jobs(portal, world, count=args.jobs, clients=args.clients))
             time.sleep(3)  # the worker's run that drained the last jobs lets its wake lapse

@@ -52,7 +52,7 @@ from jobs.paths import JobDirectoryError, job_directory_prepare
 from jobs.pipelines import NEVER_SATISFIED_REASON, dependencies_resolve, dependents_wake, recheck_at, waiting_words
 from jobs.sync_schedule import delivery_wake_hold, delivery_wake_taken
 from portal import metrics
-from portal.db import RelatedRows, prepared_cursor, update_prepared
+from portal.db import RelatedRows, insert_prepared, prepared_cursor, update_prepared
 from portal.queue import task_enqueue_on_commit
 from tenants.models import Project
 
@@ -347,7 +347,7 @@ def _claim(batch: list[Job], *, now: datetime) -> tuple[list[Job], dict[uuid.UUI
         logger.log(level, "job delivery %s", outcome, extra=job_log_fields(job, cluster=job.cluster.name))
     if finished:
         _jobs_save(finished, fields=[*_DELIVERY_FIELDS, "state_reason", "cancel_reason"])
-        JobTransition.objects.bulk_create(transitions)
+        _transitions_insert(transitions)
         dependents_wake(parent_ids=[job.pk for job in finished], now=now)
     if waiting:
         _jobs_save(waiting, fields=["last_error", "next_attempt_at", "updated_at"])
@@ -369,6 +369,15 @@ def _jobs_save(jobs: list[Job], *, fields: list[str]) -> None:
         update_prepared(jobs[0], fields=fields)
     elif jobs:
         FastUpdateQuerySet(model=Job).fast_update(jobs, fields, unfiltered=True)
+
+
+def _transitions_insert(transitions: list[JobTransition]) -> None:
+    """Store these transitions: one as a prepared statement (a delivery or sync under a stream of submissions
+    changes a job or two at a time), several in bulk."""
+    if len(transitions) == 1:
+        insert_prepared(transitions[0])
+    elif transitions:
+        JobTransition.objects.bulk_create(transitions, batch_size=500)
 
 
 def _batch_deliver(*, cluster: Cluster, claimed: list[Job], settled: dict[uuid.UUID, Delivery]) -> _Batch:
@@ -628,7 +637,7 @@ def _record(*, outcomes: dict[uuid.UUID, _Outcome], claimed: list[Job], settled:
                 if _record_one(job, outcomes[job.pk], taken_over=taken_over, now=now, transitions=transitions):
                     changed.append(job)
             _jobs_save(changed, fields=_DELIVERY_FIELDS)
-            JobTransition.objects.bulk_create(transitions)
+            _transitions_insert(transitions)
             # In Slurm now, or ended before it: the children waiting in the portal for them may go on.
             dependents_wake(
                 parent_ids=[job.pk for job in changed if job.slurm_job_id is not None or job.is_final], now=now
@@ -1031,7 +1040,7 @@ def jobs_apply_slurm_state(
                     words = f": {transition.detail}" if transition.detail else ""
                     logger.info("job %s -> %s%s", transition.from_state, transition.to_state, words, extra=fields)
         _jobs_save(changed, fields=_SYNCED_FIELDS)
-        JobTransition.objects.bulk_create(transitions, batch_size=500)
+        _transitions_insert(transitions)
         changed_ids = [job.pk for job in changed]
         transaction.on_commit(lambda: jobs_push(changed_ids))
     return len(changed)

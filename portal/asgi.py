@@ -15,11 +15,14 @@ from django.urls import re_path  # noqa: E402
 from portal.metrics import WebsocketsCounted  # noqa: E402
 from portal.request_ids import WebsocketRequestIdMiddleware  # noqa: E402
 from portal.routing import websocket_urlpatterns  # noqa: E402
+from portal.startup import routes_load  # noqa: E402
 from portal.ws_auth import (  # noqa: E402
     BearerTokenWebsocketMiddleware,
     SameOriginOrBearerValidator,
     UnknownWebsocketRoute,
 )
+
+routes_load()  # as uvicorn starts, not in its first request
 
 # Every route, then a refusal (4404) for any other address.
 websocket_routes = URLRouter([*websocket_urlpatterns, re_path(r"", UnknownWebsocketRoute.as_asgi())])

@@ -9,3 +9,7 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 application = get_wsgi_application()
+
+from portal.startup import routes_load  # noqa: E402  (needs Django set up first)
+
+routes_load()  # in each gunicorn worker as it starts, not in its first request
