@@ -20,7 +20,7 @@ follow prepared statements (PgBouncer in transaction mode before 1.21, or withou
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -128,9 +128,17 @@ class RelatedRows:
     names them ("cluster", "project__tenant"; a nullable one is an outer join and reads None when absent); the
     caller appends WHERE, ORDER BY, LIMIT and FOR ... OF <alias>, naming the model's columns as `<alias>.column`.
     `fetch` runs such a statement and returns the instances, each field read as the ORM reads it (JSON decoded).
-    With `only`, the model's own columns are those fields and its primary key, the others deferred, as `only`."""
+    With `only`, the model's own columns are those fields and its primary key, the others deferred, as `only`;
+    `annotations` are (attribute, SQL expression) pairs read last and set on each instance, as `annotate` does."""
 
-    def __init__(self, model: type[Model], *related: str, alias: str, only: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        model: type[Model],
+        *related: str,
+        alias: str,
+        only: tuple[str, ...] = (),
+        annotations: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         quote = connection.ops.quote_name
         self._base = _Reader(model, alias, only=only)
         self._joined: list[tuple[_Reader, int, ForeignKey[Any, Any]]] = []  # (reader, index of its parent's, FK)
@@ -154,14 +162,15 @@ class RelatedRows:
                     aliases[here] = len(self._readers)
                     self._joined.append((reader, aliases[parent_path], field))
                 parent_path = here
-        columns = ", ".join(reader.columns for reader in self._readers)
+        self._annotations = [name for name, _ in annotations]
+        columns = ", ".join([*(reader.columns for reader in self._readers), *(sql for _, sql in annotations)])
         self.select = f"SELECT {columns} FROM {quote(model._meta.db_table)} {alias} {' '.join(joins)}"  # noqa: S608
 
     @property
     def _readers(self) -> list[_Reader]:
         return [self._base, *(reader for reader, _, _ in self._joined)]
 
-    def fetch(self, sql: str, params: list[Any]) -> list[Any]:
+    def fetch(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
         with prepared_cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
@@ -176,6 +185,8 @@ class RelatedRows:
                 if parent is not None:
                     field.set_cached_value(parent, instance)
                 instances.append(instance)
+            for name, value in zip(self._annotations, row[start:], strict=True):
+                setattr(instances[0], name, value)
             found.append(instances[0])
         return found
 

@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Model, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404
 
+from portal.db import RelatedRows
 from tenants.models import (
     ApiToken,
     AuditEvent,
@@ -260,11 +261,42 @@ def project_label_parse(label: str, *, field: str = "project") -> tuple[str, str
 def project_get_by_id_for_user(
     *, user: AnyUser, project_id: int, action: ProjectAction = ProjectAction.VIEW
 ) -> Project:
-    """The same rule as `project_get_for_user`, for callers holding a project's id (WebSocket routes, jobs)."""
-    slugs = Project.objects.filter(pk=project_id).values_list("tenant__slug", "slug").first()
-    if slugs is None:
+    """The same rule as `project_get_for_user`, for callers holding a project's id (WebSocket routes, jobs): one
+    prepared statement, since a job's page, its API and its streams ask this on every request."""
+    user_id = user.pk if user.is_authenticated else None
+    found = _PROJECT_WITH_ROLES.fetch(_PROJECT_BY_ID, {"user": user_id, "project": project_id})
+    if not found:
         raise _not_found("project", str(project_id))
-    return project_get_for_user(user=user, tenant_slug=slugs[0], project_slug=slugs[1], action=action)
+    project: Project = found[0]
+    project_access_check(
+        user=user,
+        project=project,
+        label=f"{project.tenant.slug}/{project.slug}",
+        action=action,
+        tenant_role=getattr(project, "viewer_tenant_role", None),  # the annotations below, unknown to the type checker
+        project_role=getattr(project, "viewer_project_role", None),
+    )
+    return project
+
+
+# A project with its tenant and the roles `%(user)s` holds in them, as `_with_roles` reads them.
+_PROJECT_WITH_ROLES = RelatedRows(
+    Project,
+    "tenant",
+    alias="project",
+    annotations=(
+        (
+            "viewer_tenant_role",
+            "(SELECT role FROM tenants_tenantmembership "
+            "WHERE tenant_id = project.tenant_id AND user_id = %(user)s LIMIT 1)",
+        ),
+        (
+            "viewer_project_role",
+            "(SELECT role FROM tenants_projectmembership WHERE project_id = project.id AND user_id = %(user)s LIMIT 1)",
+        ),
+    ),
+)
+_PROJECT_BY_ID = f"{_PROJECT_WITH_ROLES.select} WHERE project.id = %(project)s"
 
 
 # Memberships -------------------------------------------------------------------------------------------
