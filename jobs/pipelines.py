@@ -239,9 +239,27 @@ class Pipeline:
     never: str  # why this job will never run, in plain words; "" when it may
 
 
+# A job's edges either way, with the job at each end as its page and API show it (one prepared statement).
+_NEIGHBOUR_FIELDS = ("name", "state", "array", "slurm_job_id", "exit_code")
+_NEIGHBOURS = RelatedRows(
+    JobDependency,
+    "parent",
+    "child",
+    alias="edge",
+    only=(
+        "condition",
+        "child",
+        "parent",
+        *(f"parent__{name}" for name in _NEIGHBOUR_FIELDS),
+        *(f"child__{name}" for name in _NEIGHBOUR_FIELDS),
+    ),
+)
+_NEIGHBOURS_OF_JOB = f"{_NEIGHBOURS.select} WHERE edge.child_id = %(job)s OR edge.parent_id = %(job)s ORDER BY edge.id"
+
+
 def pipeline_of(job: Job) -> Pipeline:
-    """A job's parents and children (two queries; they are in its project, so whoever sees it sees them)."""
-    fields = ("id", "name", "state", "array", "slurm_job_id", "exit_code")
+    """A job's parents and children (one query; they are in its project, so whoever sees it sees them)."""
+    edges = _NEIGHBOURS.fetch(_NEIGHBOURS_OF_JOB, {"job": job.pk})
     parents = [
         Edge(
             job=edge.parent,
@@ -249,10 +267,8 @@ def pipeline_of(job: Job) -> Pipeline:
             words=condition_words(edge.condition, array=edge.parent.is_array),
             outcome=condition_outcome(edge.condition, edge.parent),
         )
-        for edge in JobDependency.objects.filter(child=job)
-        .select_related("parent")
-        .only("condition", "child_id", *(f"parent__{name}" for name in fields))
-        .order_by("id")
+        for edge in edges
+        if edge.child_id == job.pk
     ]
     children = [
         Edge(
@@ -261,10 +277,8 @@ def pipeline_of(job: Job) -> Pipeline:
             words=condition_words(edge.condition, array=job.is_array),
             outcome=condition_outcome(edge.condition, job),
         )
-        for edge in JobDependency.objects.filter(parent=job)
-        .select_related("child")
-        .only("condition", "parent_id", *(f"child__{name}" for name in fields))
-        .order_by("id")
+        for edge in edges
+        if edge.parent_id == job.pk
     ]
     return Pipeline(parents=parents, children=children, never=never_reason(job, parents=parents))
 

@@ -128,7 +128,8 @@ class RelatedRows:
     names them ("cluster", "project__tenant"; a nullable one is an outer join and reads None when absent); the
     caller appends WHERE, ORDER BY, LIMIT and FOR ... OF <alias>, naming the model's columns as `<alias>.column`.
     `fetch` runs such a statement and returns the instances, each field read as the ORM reads it (JSON decoded).
-    With `only`, the model's own columns are those fields and its primary key, the others deferred, as `only`;
+    With `only` ("name", "project__slug"), a model's columns are those fields and its primary key, the others
+    deferred, as `only` (a model none of them names is read whole);
     `annotations` are (attribute, SQL expression) pairs read last and set on each instance, as `annotate` does."""
 
     def __init__(
@@ -140,7 +141,11 @@ class RelatedRows:
         annotations: tuple[tuple[str, str], ...] = (),
     ) -> None:
         quote = connection.ops.quote_name
-        self._base = _Reader(model, alias, only=only)
+        only_by_path: dict[str, list[str]] = {}
+        for name in only:
+            path, _, field_name = name.rpartition("__")
+            only_by_path.setdefault(path, []).append(field_name)
+        self._base = _Reader(model, alias, only=tuple(only_by_path.get("", ())))
         self._joined: list[tuple[_Reader, int, ForeignKey[Any, Any]]] = []  # (reader, index of its parent's, FK)
         joins: list[str] = []
         aliases = {"": 0}
@@ -152,7 +157,9 @@ class RelatedRows:
                     parent = self._readers[aliases[parent_path]]
                     field = parent.model._meta.get_field(name)
                     assert isinstance(field, ForeignKey), f"{parent.model.__name__}.{name}: not a foreign key"
-                    reader = _Reader(field.related_model, f"{alias}_{len(aliases)}")
+                    reader = _Reader(
+                        field.related_model, f"{alias}_{len(aliases)}", only=tuple(only_by_path.get(here, ()))
+                    )
                     kind = "LEFT OUTER JOIN" if field.null else "INNER JOIN"
                     joins.append(
                         f"{kind} {quote(reader.model._meta.db_table)} {reader.alias} "

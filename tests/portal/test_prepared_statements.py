@@ -116,13 +116,15 @@ def test_related_rows_read_what_select_related_reads() -> None:
 
 def test_related_rows_read_only_some_fields_and_defer_the_rest() -> None:
     job = make_job(name="glanced", state=JobState.QUEUED)
-    rows = RelatedRows(Job, alias="job", only=("state", "cluster"))
+    rows = RelatedRows(Job, "project", alias="job", only=("state", "cluster", "project", "project__slug"))
 
     [glance] = rows.fetch(f"{rows.select} WHERE job.id = %s", [job.pk])
 
-    assert rows.select.startswith('SELECT job."id", job."cluster_id", job."state" FROM')
+    assert rows.select.startswith('SELECT job."id", job."project_id", job."cluster_id", job."state", job_1."id", ')
     assert (glance.pk, glance.state, glance.cluster_id) == (job.pk, JobState.QUEUED, job.cluster_id)
     assert glance.get_deferred_fields() >= {"name", "script", "environment"}
+    assert glance.project.slug == job.project.slug
+    assert glance.project.get_deferred_fields() >= {"name", "tenant_id"}
     assert glance.name == "glanced"  # a deferred field is read on first use, as after .only()
 
 
