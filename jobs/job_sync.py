@@ -276,9 +276,10 @@ _DUE = (
     "AND (job.submit_lease_until IS NULL OR job.submit_lease_until <= %s) "
     "AND (job.next_attempt_at IS NULL OR job.next_attempt_at <= %s)"
 )
-_ORDER_DUE = " ORDER BY job.created_at, job.id LIMIT %s FOR NO KEY UPDATE OF job SKIP LOCKED"
-_LOCK_DUE = _DUE + _ORDER_DUE
-_LOCK_DUE_EXCEPT = f"{_DUE} AND job.id <> %s{_ORDER_DUE}"
+_LOCK_DUE = f"{_DUE} ORDER BY job.created_at, job.id LIMIT %s FOR NO KEY UPDATE OF job SKIP LOCKED"
+_LOCK_DUE_EXCEPT = (
+    f"{_DUE} AND job.id <> %s ORDER BY job.created_at, job.id LIMIT %s FOR NO KEY UPDATE OF job SKIP LOCKED"
+)
 
 
 def _lock_own(*, job_id: uuid.UUID, now: datetime, due_only: bool) -> tuple[Job | None, str]:

@@ -4,6 +4,7 @@ insert that references it (a job, a ledger row, a node) and deadlock with a work
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +12,15 @@ import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 from psycopg import sql
 
 from clusters.accounts import _ASSOCIATIONS_LOCK_NAMESPACE, project_slurm_sync, slurm_associations_lock
 from clusters.models import Cluster
 from clusters.slurm import SlurmUnavailable
-from tests.factories import make_project, make_tenant
+from jobs import job_sync
+from jobs.models import JobState
+from tests.factories import make_job, make_project, make_tenant
 
 APPS = ("portal", "tenants", "clusters", "quotas", "jobs", "billing", "frontend")
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +49,53 @@ def test_every_row_lock_names_the_rows_it_locks() -> None:
     assert unnamed == []
 
 
+_ROW_LOCK = re.compile(r"\bFOR (?:NO KEY )?(?:UPDATE|SHARE)\b(?! NOWAIT\b)")
+
+
+def test_every_hand_written_row_lock_names_the_rows_it_locks() -> None:
+    """The same rule for the statements written by hand (portal/db.py's `RelatedRows` join their tables):
+    `FOR ... OF <alias>` in a statement that joins, or that is built from parts (an f-string) that may."""
+    unnamed, found = [], 0
+    for app in APPS:
+        for path in sorted((ROOT / app).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.JoinedStr):
+                    text = "".join(part.value if isinstance(part, ast.Constant) else " JOIN " for part in node.values)
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    text = node.value
+                else:
+                    continue
+                if _ROW_LOCK.search(text) and " JOIN " in text:
+                    found += 1
+                    if not re.search(_ROW_LOCK.pattern + r" OF \w", text):
+                        unnamed.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found >= 4  # the walk found the worker's claims and record
+    assert unnamed == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_claiming_and_recording_jobs_locks_their_rows_only() -> None:
+    job = make_job(state=JobState.QUEUED)
+    now = timezone.now()
+
+    with transaction.atomic():
+        own, _ = job_sync._lock_own(job_id=job.pk, now=now, due_only=False)
+        job_sync._lock_due(cluster_id=job.cluster_id, now=now, limit=5, exclude=None)
+        job_sync._RECORDED.fetch(job_sync._LOCK_RECORDED, [[job.pk]])
+        joined = [
+            ("tenants_project", job.project_id),
+            ("tenants_tenant", job.project.tenant_id),
+            ("clusters_cluster", job.cluster_id),
+            ("auth_user", job.user_id),
+        ]
+        free = {table: _unlocked(table, pk) for table, pk in joined}
+        with _other_connection(autocommit=True) as other, pytest.raises(psycopg.errors.LockNotAvailable):
+            other.execute("SELECT 1 FROM jobs_job WHERE id = %s FOR NO KEY UPDATE NOWAIT", [job.pk])
+
+    assert own is not None
+    assert free == dict.fromkeys(free, True)
+
+
 def _other_connection(*, autocommit: bool = False) -> psycopg.Connection[Any]:
     """A second connection to the test database, beside Django's."""
     database = connection.settings_dict
@@ -55,6 +106,18 @@ def _other_connection(*, autocommit: bool = False) -> psycopg.Connection[Any]:
         dbname=database["NAME"],
         autocommit=autocommit,
     )
+
+
+def _unlocked(table: str, pk: int) -> bool:
+    """Whether no transaction holds a lock of any kind on table's row pk."""
+    with _other_connection(autocommit=True) as other:
+        try:
+            other.execute(
+                sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR UPDATE NOWAIT").format(sql.Identifier(table)), [pk]
+            )
+        except psycopg.errors.LockNotAvailable:
+            return False
+    return True
 
 
 def _key_share_free(table: str, pk: int) -> bool:
