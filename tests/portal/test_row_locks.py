@@ -60,7 +60,9 @@ def test_every_hand_written_row_lock_names_the_rows_it_locks() -> None:
         for path in sorted((ROOT / app).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
                 if isinstance(node, ast.JoinedStr):
-                    text = "".join(part.value if isinstance(part, ast.Constant) else " JOIN " for part in node.values)
+                    text = "".join(
+                        str(part.value) if isinstance(part, ast.Constant) else " JOIN " for part in node.values
+                    )
                 elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                     text = node.value
                 else:
@@ -108,7 +110,7 @@ def _other_connection(*, autocommit: bool = False) -> psycopg.Connection[Any]:
     )
 
 
-def _unlocked(table: str, pk: int) -> bool:
+def _unlocked(table: str, pk: int | None) -> bool:
     """Whether no transaction holds a lock of any kind on table's row pk."""
     with _other_connection(autocommit=True) as other:
         try:
