@@ -111,12 +111,14 @@ def _other_connection(*, autocommit: bool = False) -> psycopg.Connection[Any]:
 
 
 def _unlocked(table: str, pk: int | None) -> bool:
-    """Whether no transaction holds a lock of any kind on table's row pk."""
+    """Whether another connection can lock table's row pk in the strongest mode, so no transaction holds it for
+    long: it waits up to a few seconds, as a lock taken for a moment by something else (the test's rows are
+    committed, and a live worker of another test may sync that cluster) must not count, and the test's own
+    transaction holds its locks for far longer."""
     with _other_connection(autocommit=True) as other:
+        other.execute("SET lock_timeout = '3s'")
         try:
-            other.execute(
-                sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR UPDATE NOWAIT").format(sql.Identifier(table)), [pk]
-            )
+            other.execute(sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR UPDATE").format(sql.Identifier(table)), [pk])
         except psycopg.errors.LockNotAvailable:
             return False
     return True
