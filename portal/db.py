@@ -40,9 +40,8 @@ def prepared_cursor() -> Iterator[CursorWrapper]:
         # Django's own wrapping of a cursor it creates: the query log, execute_wrapper, the thread check.
         raw = psycopg.Cursor(connection.connection)
         connection.validate_thread_sharing()
-        cursor: CursorWrapper = (
-            _ServerBoundDebugWrapper(raw, connection) if connection.queries_logged else connection.make_cursor(raw)  # type: ignore[arg-type]
-        )
+        wrapper = _ServerBoundDebugWrapper if connection.queries_logged else CursorWrapper  # as make_cursor does
+        cursor = wrapper(raw, connection)
     with cursor:
         yield cursor
 
@@ -84,17 +83,23 @@ def insert_prepared(instance: Model) -> None:
 def update_prepared(instance: Model, *, fields: list[str]) -> None:
     """`instance.save(update_fields=fields)` as a prepared statement (`prepared_cursor`), for a row that exists:
     the values prepared by the fields as `save` prepares them (`auto_now` included). No signals are sent."""
-    meta = instance._meta
-    chosen = [meta.get_field(name) for name in fields]
-    values = [field.get_db_prep_save(field.pre_save(instance, False), connection) for field in chosen]  # type: ignore[union-attr]
+    chosen = _update_fields(type(instance), tuple(fields))
+    values = [field.get_db_prep_save(field.pre_save(instance, False), connection) for field in chosen]
     with prepared_cursor() as cursor:
         cursor.execute(_update_statement(type(instance), tuple(fields)), [*values, instance.pk])
 
 
 @functools.lru_cache(maxsize=256)
-def _update_statement(model: type[Model], fields: tuple[str, ...]) -> str:
+def _update_fields(model: type[Model], names: tuple[str, ...]) -> list[Field[Any, Any]]:
+    fields = [model._meta.get_field(name) for name in names]
+    assert all(isinstance(field, Field) and field.concrete for field in fields), f"{model}: {names} not all columns"
+    return fields  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=256)
+def _update_statement(model: type[Model], names: tuple[str, ...]) -> str:
     meta, quote = model._meta, connection.ops.quote_name
-    columns = ", ".join(f"{quote(str(meta.get_field(name).column))} = %s" for name in fields)  # type: ignore[union-attr]
+    columns = ", ".join(f"{quote(str(field.column))} = %s" for field in _update_fields(model, names))
     return f"UPDATE {quote(meta.db_table)} SET {columns} WHERE {quote(str(meta.pk.column))} = %s"  # noqa: S608
 
 
