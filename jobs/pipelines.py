@@ -151,7 +151,12 @@ class Resolution:
 
 # A delivery's and a parent's reading of the edges, as prepared statements (portal/db.py): every delivery batch
 # runs them, and almost always finds nothing, so the ORM's building of the query was most of their cost.
-_EDGES = RelatedRows(JobDependency, "parent", alias="edge")
+_EDGES = RelatedRows(
+    JobDependency,
+    "parent",
+    alias="edge",
+    only=("child", "condition", "parent", "parent__name", "parent__state", "parent__slurm_job_id", "parent__array"),
+)
 _EDGES_OF_CHILDREN = f"{_EDGES.select} WHERE edge.child_id = ANY(%s) ORDER BY edge.id"
 _WAITING_CHILDREN = (
     "SELECT DISTINCT job.id FROM jobs_job job JOIN jobs_jobdependency edge ON edge.child_id = job.id "

@@ -10,5 +10,5 @@ def routes_load() -> None:
     request: about 0.2 s of CPU (measured on a submission, README "How fast, measured") that the first request
     to each new gunicorn worker waited for, and on a small machine every request beside it."""
     resolver = get_resolver()
-    resolver.resolve("/")  # imports the URLconf, and with it every view
+    _ = resolver.url_patterns  # imports the URLconf, and with it every view
     _ = resolver.reverse_dict  # the index `reverse()` builds at its first call
