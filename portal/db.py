@@ -1,9 +1,11 @@
-"""Prepared statements for the few hand-written queries that every submission runs.
+"""Prepared statements for the few hand-written queries of the hot paths.
 
 Django binds parameters on the client (psycopg's `ClientCursor`): PostgreSQL parses and plans every query anew,
-and psycopg quotes each value into the query's text. For the statements of the hot path (the API token, the
-submission's project and cluster, the quota reservation, and through `insert_prepared` the job's, its first
-transition's and every audit event's insert) `prepared_cursor` binds on the server, and psycopg
+and psycopg quotes each value into the query's text. For the statements of the hot paths (a submission's API
+token, project and cluster, quota reservation, and through `insert_prepared` its job's, first transition's and
+audit event's inserts; a worker's claim, lease and record of a delivery batch, through `RelatedRows` and
+`update_prepared`; the project access check of a job's API, page and streams) `prepared_cursor` binds on the
+server, and psycopg
 prepares each statement at its first run on a connection (`prepare_threshold` 0, set by `portal.env.
 database_from_url`; at most `prepared_max`, 100, kept per connection): PostgreSQL plans it once, and psycopg
 sends only the values. Measured on `POST /api/v1/jobs/` (bench/job_submission.py, README "How fast, measured").
@@ -152,6 +154,7 @@ class RelatedRows:
             only_by_path.setdefault(path, []).append(field_name)
         self._base = _Reader(model, alias, only=tuple(only_by_path.get("", ())))
         self._joined: list[tuple[_Reader, int, ForeignKey[Any, Any]]] = []  # (reader, index of its parent's, FK)
+        readers = [self._base]
         joins: list[str] = []
         aliases = {"": 0}
         for path in related:
@@ -159,7 +162,7 @@ class RelatedRows:
             for name in path.split("__"):
                 here = f"{parent_path}__{name}" if parent_path else name
                 if here not in aliases:
-                    parent = self._readers[aliases[parent_path]]
+                    parent = readers[aliases[parent_path]]
                     field = parent.model._meta.get_field(name)
                     assert isinstance(field, ForeignKey), f"{parent.model.__name__}.{name}: not a foreign key"
                     reader = _Reader(
@@ -171,16 +174,13 @@ class RelatedRows:
                         f"ON {reader.alias}.{quote(str(field.target_field.column))} "
                         f"= {parent.alias}.{quote(str(field.column))}"
                     )
-                    aliases[here] = len(self._readers)
+                    aliases[here] = len(readers)
+                    readers.append(reader)
                     self._joined.append((reader, aliases[parent_path], field))
                 parent_path = here
         self._annotations = [name for name, _ in annotations]
-        columns = ", ".join([*(reader.columns for reader in self._readers), *(sql for _, sql in annotations)])
+        columns = ", ".join([*(reader.columns for reader in readers), *(sql for _, sql in annotations)])
         self.select = f"SELECT {columns} FROM {quote(model._meta.db_table)} {alias} {' '.join(joins)}"  # noqa: S608
-
-    @property
-    def _readers(self) -> list[_Reader]:
-        return [self._base, *(reader for reader, _, _ in self._joined)]
 
     def fetch(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
         with prepared_cursor() as cursor:

@@ -115,22 +115,21 @@ def _unlocked(table: str, pk: int | None) -> bool:
     long: it waits up to a few seconds, as a lock taken for a moment by something else (the test's rows are
     committed, and a live worker of another test may sync that cluster) must not count, and the test's own
     transaction holds its locks for far longer."""
-    with _other_connection(autocommit=True) as other:
-        other.execute("SET lock_timeout = '3s'")
-        try:
-            other.execute(sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR UPDATE").format(sql.Identifier(table)), [pk])
-        except psycopg.errors.LockNotAvailable:
-            return False
-    return True
+    return _lockable(table, pk, "FOR UPDATE", wait_seconds=3)
 
 
 def _key_share_free(table: str, pk: int) -> bool:
     """Whether another connection could insert a row referencing table's row pk now (its foreign-key check)."""
+    return _lockable(table, pk, "FOR KEY SHARE NOWAIT")
+
+
+def _lockable(table: str, pk: int | None, lock: str, *, wait_seconds: int = 0) -> bool:
     with _other_connection(autocommit=True) as other:
+        if wait_seconds:
+            other.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{wait_seconds}s")))
+        statement = sql.SQL("SELECT 1 FROM {} WHERE id = %s {}").format(sql.Identifier(table), sql.SQL(lock))
         try:
-            other.execute(
-                sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR KEY SHARE NOWAIT").format(sql.Identifier(table)), [pk]
-            )
+            other.execute(statement, [pk])
         except psycopg.errors.LockNotAvailable:
             return False
     return True
