@@ -175,21 +175,11 @@ def project_get_for_user(
 ) -> Project:
     """The project if `user` may do `action` on it: 404 for users outside its tenant, 403 for a role too low.
 
-    One query: the project comes with the user's roles in it.
+    One prepared statement: the project comes with its tenant and the user's roles in them.
     """
-    projects = Project.objects.select_related("tenant")
-    project = _with_roles(projects, user=user).filter(tenant__slug=tenant_slug, slug=project_slug).order_by().first()
-    # Annotations of _with_roles, unknown to the type checker.
-    project_access_check(
-        user=user,
-        project=project,
-        label=f"{tenant_slug}/{project_slug}",
-        action=action,
-        tenant_role=getattr(project, "viewer_tenant_role", None),
-        project_role=getattr(project, "viewer_project_role", None),
-    )
-    assert project is not None
-    return project
+    params = {"user": _user_id(user), "tenant": tenant_slug, "project": project_slug}
+    found = _PROJECT_WITH_ROLES.fetch(_PROJECT_BY_SLUGS, params)
+    return _project_checked(user=user, found=found, label=f"{tenant_slug}/{project_slug}", action=action)
 
 
 def project_access_check(
@@ -222,19 +212,6 @@ def project_access_check(
     raise PermissionDenied(f"This needs the project role {needed} in project '{label}'; {held}.")
 
 
-def _with_roles(projects: QuerySet[Project], *, user: AnyUser) -> QuerySet[Project]:
-    """`viewer_tenant_role` and `viewer_project_role`: the user's roles (None where none, and for anonymous)."""
-    user_id = user.pk if user.is_authenticated else None
-    return projects.annotate(
-        viewer_tenant_role=Subquery(
-            TenantMembership.objects.filter(tenant=OuterRef("tenant"), user=user_id).values("role")[:1]
-        ),
-        viewer_project_role=Subquery(
-            ProjectMembership.objects.filter(project=OuterRef("pk"), user=user_id).values("role")[:1]
-        ),
-    )
-
-
 _PROJECT_LABEL = re.compile(r"^([^/]+)/([^/]+)$")
 
 
@@ -261,25 +238,32 @@ def project_label_parse(label: str, *, field: str = "project") -> tuple[str, str
 def project_get_by_id_for_user(
     *, user: AnyUser, project_id: int, action: ProjectAction = ProjectAction.VIEW
 ) -> Project:
-    """The same rule as `project_get_for_user`, for callers holding a project's id (WebSocket routes, jobs): one
-    prepared statement, since a job's page, its API and its streams ask this on every request."""
-    user_id = user.pk if user.is_authenticated else None
-    found = _PROJECT_WITH_ROLES.fetch(_PROJECT_BY_ID, {"user": user_id, "project": project_id})
-    if not found:
-        raise _not_found("project", str(project_id))
-    project: Project = found[0]
+    """The same rule as `project_get_for_user`, for callers holding a project's id (WebSocket routes, jobs: a
+    job's page, its API and its streams ask this on every request)."""
+    found = _PROJECT_WITH_ROLES.fetch(_PROJECT_BY_ID, {"user": _user_id(user), "project": project_id})
+    label = f"{found[0].tenant.slug}/{found[0].slug}" if found else str(project_id)
+    return _project_checked(user=user, found=found, label=label, action=action)
+
+
+def _project_checked(*, user: AnyUser, found: list[Project], label: str, action: ProjectAction) -> Project:
+    project = found[0] if found else None
     project_access_check(
         user=user,
         project=project,
-        label=f"{project.tenant.slug}/{project.slug}",
+        label=label,
         action=action,
         tenant_role=getattr(project, "viewer_tenant_role", None),  # the annotations below, unknown to the type checker
         project_role=getattr(project, "viewer_project_role", None),
     )
+    assert project is not None
     return project
 
 
-# A project with its tenant and the roles `%(user)s` holds in them, as `_with_roles` reads them.
+def _user_id(user: AnyUser) -> int | None:
+    return user.pk if user.is_authenticated else None
+
+
+# A project with its tenant and the roles `%(user)s` holds in them (None where none, and for anonymous).
 _PROJECT_WITH_ROLES = RelatedRows(
     Project,
     "tenant",
@@ -297,6 +281,10 @@ _PROJECT_WITH_ROLES = RelatedRows(
     ),
 )
 _PROJECT_BY_ID = f"{_PROJECT_WITH_ROLES.select} WHERE project.id = %(project)s"
+_PROJECT_BY_SLUGS = (
+    f"{_PROJECT_WITH_ROLES.select} WHERE project.slug = %(project)s "  # noqa: S608
+    "AND project.tenant_id = (SELECT id FROM tenants_tenant WHERE slug = %(tenant)s)"
+)
 
 
 # Memberships -------------------------------------------------------------------------------------------
