@@ -5,8 +5,7 @@ from __future__ import annotations
 from django.http import HttpRequest
 
 from quotas.requests import quota_request_pending_to_decide_for_user
-from tenants.notification_apis import notification_list_for_user
-from tenants.selectors import user_reach
+from tenants.selectors import user_reach_with_unread
 
 # (label, path, who sees it). Paths, not URL names: the layout must render even where an area's page is down.
 NAVIGATION = (
@@ -24,7 +23,7 @@ NAVIGATION = (
 def navigation(request: HttpRequest) -> dict[str, object]:
     if not request.user.is_authenticated:
         return {}
-    reach = user_reach(user=request.user)
+    reach, unread = user_reach_with_unread(user=request.user)
     allowed = {
         "everyone": True,
         "decide": reach.decides_requests,
@@ -43,5 +42,4 @@ def navigation(request: HttpRequest) -> dict[str, object]:
             # Only the requests this user may decide: another tenant's never count.
             item["pending"] = quota_request_pending_to_decide_for_user(user=request.user).count()
         items.append(item)
-    unread = notification_list_for_user(user=request.user).filter(read_at__isnull=True).count()
     return {"navigation": items, "reach": reach, "unread_notifications": unread}

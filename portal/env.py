@@ -105,7 +105,7 @@ def database_from_url(url: str) -> dict[str, object]:
     if parts.scheme not in {"postgres", "postgresql"}:
         raise ConfigurationError(f"DATABASE_URL must start with postgres://, got {parts.scheme!r}")
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "portal.postgresql",  # Django's, reading timestamps faster: portal/postgresql/base.py
         "NAME": unquote(parts.path.lstrip("/")) or "gpuportal",
         "USER": unquote(parts.username or "postgres"),
         "PASSWORD": unquote(parts.password or ""),

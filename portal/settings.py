@@ -37,6 +37,8 @@ CSRF_TRUSTED_ORIGINS = env_list("PORTAL_CSRF_TRUSTED_ORIGINS", ["http://127.0.0.
 # without debug; the demo serves plain HTTP on loopback and turns it off (PORTAL_HTTPS=false, Makefile).
 PORTAL_HTTPS = env_bool("PORTAL_HTTPS", not DEBUG)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = PORTAL_HTTPS
+# Django's database sessions, read by a prepared statement (portal/sessions.py).
+SESSION_ENGINE = "portal.sessions"
 SECURE_SSL_REDIRECT = PORTAL_HTTPS
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env_int("PORTAL_HSTS_SECONDS", 365 * 24 * 3600 if PORTAL_HTTPS else 0)

@@ -12,7 +12,10 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest
+
+from portal.db import RelatedRows
 
 LOCAL_PASSWORDS_OFF = (
     "Signing in with a password is turned off on this portal: sign in through your organisation's sign-in "
@@ -31,3 +34,23 @@ class LocalPasswordBackend(ModelBackend):
         if not local_passwords_enabled():
             return None
         return super().authenticate(request, username=username, password=password, **kwargs)
+
+    def get_user(self, user_id: Any) -> User | None:
+        """Django's, by one prepared statement that also reads the person's chosen time zone, which every page is
+        drawn in (tenants/profiles.py `user_time_zone`): the signed-in user is read on every request."""
+        try:
+            pk = User._meta.pk.to_python(user_id)
+        except ValidationError:
+            return None
+        found = _USER_WITH_TIME_ZONE.fetch(_USER_BY_ID, {"user": pk})
+        user = found[0] if found else None
+        return user if user is not None and self.user_can_authenticate(user) else None
+
+
+# A user with `profile_time_zone`: their profile's zone, or None where they never saved a profile.
+_USER_WITH_TIME_ZONE = RelatedRows(
+    User,
+    alias="account",
+    annotations=(("profile_time_zone", "(SELECT time_zone FROM tenants_userprofile WHERE user_id = account.id)"),),
+)
+_USER_BY_ID = f"{_USER_WITH_TIME_ZONE.select} WHERE account.id = %(user)s"

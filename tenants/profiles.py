@@ -32,7 +32,10 @@ def time_zone_is_known(name: str) -> bool:
 
 def user_time_zone(*, user: User) -> str:
     """The zone the person chose, or "" for their browser's."""
-    chosen = UserProfile.objects.filter(user=user).values_list("time_zone", flat=True).first()
+    if hasattr(user, "profile_time_zone"):
+        chosen = user.profile_time_zone  # read with the signed-in user (tenants/backends.py `get_user`)
+    else:
+        chosen = UserProfile.objects.filter(user=user).values_list("time_zone", flat=True).first()
     return chosen if chosen and time_zone_is_known(chosen) else ""
 
 
@@ -42,4 +45,6 @@ def user_time_zone_set(*, user: User, time_zone: str) -> UserProfile:
     if time_zone and not time_zone_is_known(time_zone):
         raise ValidationError({"time_zone": f"{time_zone!r} is not a time zone: pick one from the list."})
     profile, _ = UserProfile.objects.update_or_create(user=user, defaults={"time_zone": time_zone})
+    if hasattr(user, "profile_time_zone"):
+        user.profile_time_zone = time_zone
     return profile
