@@ -41,7 +41,7 @@ from tenants.selectors import (
     project_get_by_id_for_user,
     project_label_parse,
     project_list_for_user,
-    visible_to,
+    visible_project_ids,
 )
 
 # Jobs --------------------------------------------------------------------------------------------------
@@ -62,8 +62,7 @@ def job_list_for_user(*, user: AnyUser) -> QuerySet[Job]:
         return jobs
     # The project ids as values, not as a subquery: the planner then knows from its statistics how many jobs
     # they hold, and can use the (project, state, created_at) index for a few states (bench/history.py).
-    visible = list(visible_to(Project.objects.order_by(), user=user, project_field="").values_list("pk", flat=True))
-    return jobs.filter(project_id__in=visible)
+    return jobs.filter(project_id__in=visible_project_ids(user=user))
 
 
 def _job_details() -> QuerySet[Job]:

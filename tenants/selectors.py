@@ -79,6 +79,25 @@ def visible_to(queryset: QuerySet[M], *, user: AnyUser, project_field: str = "pr
     return queryset.filter(Q(**{f"{project}__in": member_of}) | Q(**{f"{tenant}__in": _administered(user)}))
 
 
+def visible_project_ids(*, user: AnyUser) -> list[int]:
+    """The ids of the projects `visible_to` lets the user view (the same rule), by one prepared statement: every
+    list of jobs starts from them."""
+    if not user.is_authenticated:
+        return []
+    if is_portal_admin(user):
+        return list(Project.objects.order_by().values_list("pk", flat=True))
+    with prepared_cursor() as cursor:
+        cursor.execute(_VISIBLE_PROJECT_IDS, {"user": user.pk, "admin": TenantRole.ADMIN.value})
+        return [project_id for (project_id,) in cursor.fetchall()]
+
+
+_VISIBLE_PROJECT_IDS = (
+    "SELECT id FROM tenants_project "
+    "WHERE id IN (SELECT project_id FROM tenants_projectmembership WHERE user_id = %(user)s) "
+    "OR tenant_id IN (SELECT tenant_id FROM tenants_tenantmembership WHERE user_id = %(user)s AND role = %(admin)s)"
+)
+
+
 def administered_by(queryset: QuerySet[M], *, user: AnyUser, tenant_field: str = "tenant") -> QuerySet[M]:
     """The rows of `queryset` that belong to a tenant the user administers (every row for portal admins, none
     for anonymous users): invoices, tenant pools, the audit log."""
