@@ -31,7 +31,7 @@ def test_the_prepared_ids_follow_the_rule_for_everyone() -> None:
     add_project_member(south_a, both)
     portal_admin = make_user(is_staff=True)
 
-    expected = {
+    expected: dict[AnyUser, set[int]] = {
         member: {north_a.pk},
         manager: {north_b.pk},
         admin: {north_a.pk, north_b.pk},
