@@ -40,7 +40,7 @@ def test_the_prepared_ids_follow_the_rule_for_everyone() -> None:
         portal_admin: {north_a.pk, north_b.pk, south_a.pk},
         AnonymousUser(): set(),
     }
-    for person, projects in expected.items():
-        ids = visible_project_ids(user=person)
-        assert set(ids) == projects == _by_rule(person), person
+    for viewer, projects in expected.items():
+        ids = visible_project_ids(user=viewer)
+        assert set(ids) == projects == _by_rule(viewer), viewer
         assert len(ids) == len(set(ids)), "each project once"
