@@ -177,7 +177,7 @@ def researchers_create(*, cluster: Cluster, options: Settings) -> list[Researche
         services.project_create(actor=None, tenant=tenant, slug=slug, name=f"Load {slug}")
         for slug in PROJECTS[: options.projects]
     ]
-    password_hash = make_password(PASSWORD)  # hashing once: PBKDF2 takes a fifth of a second per call here
+    password_hash = make_password(PASSWORD)  # hashing once for all of them (portal/hashers.py)
     today = timezone.now().date()
     researchers = []
     for number in range(1, options.users + 1):

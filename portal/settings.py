@@ -268,6 +268,25 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
+# Local passwords stored with Argon2id (portal/hashers.py); PBKDF2, Django's default, still checks older hashes,
+# which are stored again with Argon2id at the person's next sign-in.
+PASSWORD_HASHERS = [
+    "portal.hashers.Argon2idPasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
+    "django.contrib.auth.hashers.ScryptPasswordHasher",
+]
+# The OWASP Password Storage Cheat Sheet's minimum for Argon2id; neither may be set below it.
+ARGON2_MIN_MEMORY_KIB, ARGON2_MIN_TIME_COST = 19456, 2
+PORTAL_ARGON2_MEMORY_KIB = env_int("PORTAL_ARGON2_MEMORY_KIB", ARGON2_MIN_MEMORY_KIB)
+PORTAL_ARGON2_TIME_COST = env_int("PORTAL_ARGON2_TIME_COST", ARGON2_MIN_TIME_COST)
+if PORTAL_ARGON2_MEMORY_KIB < ARGON2_MIN_MEMORY_KIB or PORTAL_ARGON2_TIME_COST < ARGON2_MIN_TIME_COST:
+    raise ConfigurationError(
+        f"PORTAL_ARGON2_MEMORY_KIB ({PORTAL_ARGON2_MEMORY_KIB}) and PORTAL_ARGON2_TIME_COST "
+        f"({PORTAL_ARGON2_TIME_COST}) may not be set below {ARGON2_MIN_MEMORY_KIB} and {ARGON2_MIN_TIME_COST}: "
+        "weaker would store passwords below the OWASP minimum. Unset them for that minimum, or raise them."
+    )
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
