@@ -112,7 +112,7 @@ def _crash(*args: object, **kwargs: object) -> None:
 def test_a_crash_on_a_page_answers_the_portals_500(monkeypatch: pytest.MonkeyPatch) -> None:
     from frontend import context_processors
 
-    monkeypatch.setattr(context_processors, "notification_list_for_user", _crash)
+    monkeypatch.setattr(context_processors, "user_reach_with_unread", _crash)
     client = Client(raise_request_exception=False)
     client.force_login(make_user("dave"))
 
@@ -152,7 +152,7 @@ def test_the_500_page_renders_in_the_portals_look_on_a_phone(
     then comes from the portal, under the portal's content security policy)."""
     from frontend import context_processors
 
-    monkeypatch.setattr(context_processors, "notification_list_for_user", _crash)
+    monkeypatch.setattr(context_processors, "user_reach_with_unread", _crash)
     user = make_user("frank")
     client = Client(raise_request_exception=False)
     client.force_login(user)
