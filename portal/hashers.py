@@ -1,6 +1,6 @@
-"""How local passwords are stored: Argon2id at the OWASP Password Storage Cheat Sheet's minimum (19 MiB of memory,
-2 passes, 1 lane), which it rates as strong as its PBKDF2-HMAC-SHA256 figure and which costs a GPU cracker memory
-as well as time.
+"""How local passwords are stored: Argon2id at the OWASP Password Storage Cheat Sheet's minimum configuration (19
+MiB of memory, 2 passes, 1 lane), its first recommendation (PBKDF2 it keeps for where FIPS-140 compliance is
+required); being memory-hard, it costs a GPU cracker memory as well as time.
 
 Django's default, PBKDF2 with 1,000,000 iterations, took 0.23 s of CPU per sign-in on a 2-core server: under the
 load test's sign-ins (1.6 a second) that was a sixth of the machine. This takes 24 ms. Django's own Argon2 hasher
