@@ -30,6 +30,8 @@ def _fast_loader(django_loader: type[Any]) -> type[Any]:
     """Django's loader class (its `timezone` kept) parsing through psycopg's own loader."""
 
     class FastTzLoader(django_loader):  # type: ignore[misc]
+        parses_in_c = True
+
         def __init__(self, oid: int, context: Any = None) -> None:
             super().__init__(oid, context)
             self._parse = _PSYCOPG_LOADER(oid, context).load
@@ -46,7 +48,7 @@ def timestamptz_loader_speed_up(context: Any) -> None:
     if _PSYCOPG_LOADER is TimestamptzLoader:
         return  # no C extension: Django's loader is as fast as psycopg's
     current = context.adapters.get_loader(TIMESTAMPTZ_OID, pq.Format.TEXT)
-    if current is None or current.__name__.startswith("Fast") or not hasattr(current, "timezone"):
+    if current is None or getattr(current, "parses_in_c", False) or not hasattr(current, "timezone"):
         return
     context.adapters.register_loader(TIMESTAMPTZ_OID, _fast_loader(current))
 
