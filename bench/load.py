@@ -18,7 +18,8 @@ cancelled and its Slurm accounts, POSIX users and job directories removed. Locus
 bench/http_topology.py and the README ("Processes"). Overrides: LOAD_USERS (50), LOAD_SECONDS (120),
 LOAD_SPAWN_RATE (users started per second, 2), LOAD_WEB_WORKERS (gunicorn processes; as scripts/portal.sh: 2 per
 core + 1), LOAD_WEB_THREADS (threads per gunicorn process, 1), LOAD_PROJECTS (5), LOAD_HISTORY_JOBS (finished jobs
-per project, 60).
+per project, 60), LOAD_MIX (portal: the mix above; floor: the users only ever ask for their profile page, the
+cheapest signed-in page, which bounds what any page could get from the machine).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import os
 import pwd
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -90,6 +92,18 @@ TEMPLATE = {
 }
 
 
+# What the users do (bench/locustfile.py's user classes): the load test's mix of pages, API calls and submissions,
+# or the floor: only the cheapest signed-in page, for the best latency any page could have on this machine.
+MIXES = {"portal": "Researcher", "floor": "ProfileOnly"}
+
+
+def mix_from_environment() -> str:
+    mix = os.environ.get("LOAD_MIX", "portal")
+    if mix not in MIXES:
+        raise SystemExit(f"LOAD_MIX={mix!r} is not a mix; use one of: {', '.join(MIXES)}")
+    return mix
+
+
 @dataclass(frozen=True)
 class Settings:
     users: int
@@ -99,6 +113,7 @@ class Settings:
     web_threads: int | None
     projects: int
     history_jobs: int
+    mix: str  # a key of MIXES
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -110,6 +125,7 @@ class Settings:
             web_threads=int(os.environ["LOAD_WEB_THREADS"]) if os.environ.get("LOAD_WEB_THREADS") else None,
             projects=min(len(PROJECTS), int(os.environ.get("LOAD_PROJECTS", "5"))),
             history_jobs=int(os.environ.get("LOAD_HISTORY_JOBS", "60")),
+            mix=mix_from_environment(),
         )
 
 
@@ -300,6 +316,7 @@ def locust_run(*, options: Settings, world_path: Path, host: str, output: Path) 
         str(Path(sys.executable).parent / "locust"),
         "--locustfile",
         str(LOCUSTFILE),
+        MIXES[options.mix],
         "--headless",
         "--users",
         str(options.users),
@@ -313,6 +330,9 @@ def locust_run(*, options: Settings, world_path: Path, host: str, output: Path) 
         host,
         "--csv",
         str(output / "load"),
+        # Each route's figures over locust's last 10 s, every 2 s (without it the history's percentiles are the
+        # run's so far): what the load got once every user had started (`steady_state_read`).
+        "--csv-full-history",
         "--only-summary",
         "--loglevel",
         "WARNING",
@@ -356,6 +376,35 @@ def stats_read(output: Path) -> list[RouteStats]:
             )
             for row in csv.DictReader(file)
         ]
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    seconds: int  # how long every user was running
+    per_second: float  # locust's rate over its last 10 s, the median of its samples
+    p95_median: int  # ms, the p95 over locust's last 10 s: the median and the worst of its samples
+    p95_max: int
+
+
+def steady_state_read(output: Path, *, users: int) -> SteadyState | None:
+    """All routes together once every user had started: a run's own figures include the ramp, while users are
+    still being started (the first 100 s of 200 users started 2 a second), and so understate the rate the machine
+    serves and its latency at that rate. None when the users never all ran."""
+    with (output / "load_stats_history.csv").open() as file:
+        rows = [
+            row
+            for row in csv.DictReader(file)
+            if row["Name"] == "Aggregated" and int(row["User Count"]) == users and row["95%"].isdigit()
+        ]
+    if len(rows) < 2:
+        return None
+    p95s = sorted(int(row["95%"]) for row in rows)
+    return SteadyState(
+        seconds=int(rows[-1]["Timestamp"]) - int(rows[0]["Timestamp"]),
+        per_second=statistics.median(float(row["Requests/s"]) for row in rows),
+        p95_median=int(statistics.median(p95s)),
+        p95_max=p95s[-1],
+    )
 
 
 def failures_read(output: Path) -> list[str]:
@@ -504,8 +553,8 @@ def load_run(*, options: Settings, world: World, output: Path) -> Outcome:
     world_path = output / "world.json"
     world_file_write(path=world_path, base_url=portal.base_url, researchers=world.researchers)
     print(
-        f"load: {options.users} locust users (started {options.spawn_rate}/s), {options.seconds}s, think time "
-        f"1-3 s, against {topology.describe()} + Celery worker (2 processes) + beat on "
+        f"load: {options.users} locust users (started {options.spawn_rate}/s, mix {options.mix}), {options.seconds}s, "
+        f"think time 1-3 s, against {topology.describe()} + Celery worker (2 processes) + beat on "
         f"{portal.base_url}"
     )
     load_started = timezone.now()
@@ -522,10 +571,15 @@ def load_run(*, options: Settings, world: World, output: Path) -> Outcome:
     return Outcome(status, stats_read(output), jobs, waited, tracebacks)
 
 
-def outcome_print(outcome: Outcome, *, output: Path) -> bool:
+def outcome_print(outcome: Outcome, *, output: Path, users: int) -> bool:
     """The summary; whether the run passed (no failed request, every submitted job in Slurm)."""
     routes = outcome.routes
     stats_print(routes)
+    if steady := steady_state_read(output, users=users):
+        print(
+            f"once all {users} users had started ({steady.seconds} s): {steady.per_second:.1f} requests/s, p95 "
+            f"{steady.p95_median} ms (worst {steady.p95_max} ms; locust's last 10 s, sampled every 2 s)"
+        )
     total = next(route for route in routes if route.name == "Aggregated")
     print(
         f"errors: {total.failures} of {total.requests} requests ({100 * total.failures / max(total.requests, 1):.2f}%)"
@@ -571,7 +625,7 @@ def main() -> int:
             slurm.close()
             posix_users_remove(created_users)
             shutil.rmtree(Path(settings.LOCAL_CLUSTER_LOG_ROOT) / TENANT, ignore_errors=True)
-    passed = outcome_print(outcome, output=output)
+    passed = outcome_print(outcome, output=output, users=options.users)
     if note := stack.disturbance_note(slurmrestd_pid):
         print(note)
     return 0 if passed else 1

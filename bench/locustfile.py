@@ -44,7 +44,10 @@ def accepted_write(**_: Any) -> None:
 events.quitting.add_listener(accepted_write)  # type: ignore[no-untyped-call]
 
 
-class Researcher(HttpUser):
+class SignedIn(HttpUser):
+    """One researcher of the world file, signed in through the login form; the mixes below say what they do."""
+
+    abstract = True
     wait_time = between(1, 3)
 
     def on_start(self) -> None:
@@ -97,6 +100,10 @@ class Researcher(HttpUser):
     def api(self, method: str, path: str, *, name: str, **kwargs: Any) -> Any:
         headers = {"Authorization": f"Bearer {self.me['token']}", **kwargs.pop("headers", {})}
         return self.send(method, path, name=name, headers=headers, **kwargs)
+
+
+class Researcher(SignedIn):
+    """The load test's mix (`LOAD_MIX=portal`, the default): pages, the REST API, and now and then a job."""
 
     # Pages ---------------------------------------------------------------------------------------------
 
@@ -178,3 +185,13 @@ class Researcher(HttpUser):
             headers={"Idempotency-Key": str(uuid.uuid4())},
             check=accepted,
         )
+
+
+class ProfileOnly(SignedIn):
+    """The web tier's floor (`LOAD_MIX=floor`): the same people sign in the same way and think as long, then only
+    ever ask for the cheapest page a signed-in person has, their profile (the session, the person, the navigation
+    and the layout, next to no content). The latency this gets is the best any page could get on the machine."""
+
+    @task
+    def profile_page(self) -> None:
+        self.send("GET", "/account/profile/", name="/account/profile/")

@@ -41,6 +41,7 @@ from tenants.selectors import (
     project_get_by_id_for_user,
     project_label_parse,
     project_list_for_user,
+    project_roles_check,
     visible_project_ids,
 )
 
@@ -92,9 +93,11 @@ def job_get_for_user(*, user: AnyUser, job_id: uuid.UUID | str, action: JobActio
     if job is None:
         raise _job_not_found(job_id)
     try:
-        project_get_by_id_for_user(user=user, project_id=job.project_id, action=ProjectAction.VIEW)
+        project = project_get_by_id_for_user(user=user, project_id=job.project_id, action=ProjectAction.VIEW)
     except Http404:
         raise _job_not_found(job_id) from None
+    # The project as read for this user, with their roles: `job_action_allowed` asks them again without a query.
+    job._viewer_project = (user.pk, project)  # type: ignore[attr-defined]
     _job_action_check(user=user, job=job, action=action)
     return job
 
@@ -120,8 +123,12 @@ def _job_action_check(*, user: AnyUser, job: Job, action: JobAction) -> None:
 
 
 def _project_action_check(*, user: AnyUser, job: Job, action: ProjectAction, refusal: str) -> None:
+    viewer, project = getattr(job, "_viewer_project", (None, None))
     try:
-        project_get_by_id_for_user(user=user, project_id=job.project_id, action=action)
+        if project is not None and viewer == user.pk:
+            project_roles_check(user=user, project=project, action=action)
+        else:
+            project_get_by_id_for_user(user=user, project_id=job.project_id, action=action)
     except PermissionDenied:
         raise PermissionDenied(refusal) from None
 

@@ -264,6 +264,12 @@ def project_get_by_id_for_user(
     return _project_checked(user=user, found=found, label=label, action=action)
 
 
+def project_roles_check(*, user: AnyUser, project: Project, action: ProjectAction) -> None:
+    """The rule of `project_get_for_user` for another action, on a project that a `project_get_*_for_user` call
+    returned for the same `user` (it carries their roles): a page that asks for several actions reads them once."""
+    _project_checked(user=user, found=[project], label=f"{project.tenant.slug}/{project.slug}", action=action)
+
+
 def _project_checked(*, user: AnyUser, found: list[Project], label: str, action: ProjectAction) -> Project:
     project = found[0] if found else None
     project_access_check(

@@ -11,7 +11,7 @@ import pytest
 from rest_framework import serializers
 from rest_framework.test import APIClient
 
-from jobs.job_apis import JobDetailOutput, JobOutput
+from jobs.job_apis import JOB_OUTPUT_COLUMNS, JobDetailOutput, JobOutput
 from jobs.models import Job, JobEfficiency, JobState
 from tenants.services import token_create
 from tests.factories import make_job
@@ -112,3 +112,17 @@ def test_the_job_list_answers_with_that_rendering() -> None:
     )
     assert len(listed) == len(jobs)
     assert listed == [_drf(job) for job in stored]
+
+
+def test_the_columns_a_list_reads_are_all_the_rendering_needs(django_assert_num_queries: Any) -> None:
+    """The list API reads `JOB_OUTPUT_COLUMNS` only: rendering each kind of job from those must not load a
+    deferred column (a query per row), and must render as the fully read job does."""
+    ids = [job.pk for job in _jobs()]
+    full = Job.objects.select_related("project__tenant", "cluster", "user", "efficiency").filter(pk__in=ids)
+    narrow = list(full.only(*JOB_OUTPUT_COLUMNS).order_by("pk"))
+
+    with django_assert_num_queries(0):
+        rendered = [JobOutput(job).data for job in narrow]
+
+    assert rendered == [_drf(job) for job in full.order_by("pk")]
+    assert narrow[0].get_deferred_fields() >= {"script", "environment"}, "the script is not read for a list"
