@@ -55,10 +55,12 @@ def test_the_later_questions_read_nothing_and_answer_by_the_rule(
 
 
 def test_the_owner_may_cancel_without_a_role_that_manages(job: Job, django_assert_num_queries: Any) -> None:
-    loaded = job_get_for_user(user=job.user, job_id=job.pk)
+    owner = job.user
+    assert owner is not None
+    loaded = job_get_for_user(user=owner, job_id=job.pk)
 
     with django_assert_num_queries(0):
-        assert job_action_allowed(user=job.user, job=loaded, action=JobAction.CANCEL)
+        assert job_action_allowed(user=owner, job=loaded, action=JobAction.CANCEL)
 
 
 def test_another_persons_question_reads_their_own_roles(job: Job, django_assert_num_queries: Any) -> None:
