@@ -68,8 +68,10 @@ from tests.jobs.test_slurm_accounts import slurm_accounts_to_remove  # noqa: F40
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.cluster]
 
 LIVE_TIMEOUT_MS = 120_000
-# Runs long enough to be seen running in the list, its duration and cost counting up.
-SHORT_SCRIPT = "#!/bin/bash\necho 'warming up'\nsleep 12\necho 'done'\n"
+# Runs long enough to be seen running in the list, its duration and cost counting up: the job sync's pace is a
+# second, but beside the other test shards' live jobs on two cores one sync came more than 12 s after the last
+# (a 12 s run went from pending to completed in the list), so the run lasts well past such a gap.
+SHORT_SCRIPT = "#!/bin/bash\necho 'warming up'\nsleep 30\necho 'done'\n"
 SLEEPER_SCRIPT = "#!/bin/bash\necho 'sleeping until cancelled'\nsleep 600\n"
 PRICE = Decimal("2.00")
 
@@ -286,7 +288,7 @@ def test_a_researchers_week_on_a_laptop_and_a_phone(
     short_id = submit_from_form(
         page, name="short-run", script=SHORT_SCRIPT, cpus=4, memory_gb=8, minutes=5, screenshot=screenshot
     )
-    expect(page.locator("#job-script")).to_contain_text("sleep 12")
+    expect(page.locator("#job-script")).to_contain_text("sleep 30")
 
     # The jobs list follows it running and ending, its duration and cost counting while it runs.
     go(page, "Jobs", "/jobs/")
