@@ -359,7 +359,7 @@ def _datetime(value: datetime | None) -> str | None:
 
 
 # The columns `_job_data` and `job_is_gpu_idle` read, of the job and of the rows joined to it: the list API reads
-# these only, not the script, its environment or the cluster's settings (a page of 50 costs about 8 % less CPU).
+# these only, not the script, its environment or the cluster's settings (a page of 50 costs 5-8 % less CPU).
 JOB_OUTPUT_COLUMNS = (
     "name",
     "cluster_username",

@@ -125,7 +125,7 @@ def _job_action_check(*, user: AnyUser, job: Job, action: JobAction) -> None:
 def _project_action_check(*, user: AnyUser, job: Job, action: ProjectAction, refusal: str) -> None:
     viewer, project = getattr(job, "_viewer_project", (None, None))
     try:
-        if project is not None and viewer == user.pk:
+        if project is not None and viewer is not None and viewer == user.pk:
             project_roles_check(user=user, project=project, action=action)
         else:
             project_get_by_id_for_user(user=user, project_id=job.project_id, action=action)
